@@ -1,0 +1,45 @@
+//! Reading a JSON request body: content type, size limit, syntax.
+//! Every JSON route goes through here so they all fail the same way.
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderMap, StatusCode};
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+pub fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Value, ApiError> {
+    check_content_type(headers)?;
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::Malformed(format!("could not read the request body: {e}"))
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
+        ApiError::Malformed(format!("request body is not valid JSON: {e}"))
+    })
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Err(ApiError::UnsupportedMediaType(
+            "missing Content-Type; send `Content-Type: application/json`".into(),
+        ));
+    };
+    let mime = value.to_str().unwrap_or("").split(';').next().unwrap_or("").trim();
+    let json = mime.eq_ignore_ascii_case("application/json")
+        || (mime.starts_with("application/") && mime.ends_with("+json"));
+    if json {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType(format!(
+            "Content-Type `{mime}` is not supported; send `application/json`"
+        )))
+    }
+}

@@ -1,0 +1,71 @@
+"""Reading weights from a Hugging Face model directory (safetensors)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from .errors import ModelLoadError
+
+# Prefixes that task wrappers put in front of the base model's names.
+_PREFIXES = ("bert.", "roberta.", "model.", "encoder_model.")
+
+
+def read_safetensors(path: Path, files: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """All tensors of the model (single file or sharded), on the CPU."""
+    path = Path(path)
+    if files is None:
+        index = path / "model.safetensors.index.json"
+        if index.is_file():
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        elif (path / "model.safetensors").is_file():
+            files = ["model.safetensors"]
+        else:
+            raise ModelLoadError(f"{path} has no model.safetensors (only safetensors weights are read)")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            tensors.update(load_file(str(path / f), device="cpu"))
+        except Exception as e:  # safetensors raises several unrelated types
+            raise ModelLoadError(f"cannot read {path / f}: {e}") from e
+    return tensors
+
+
+def strip_prefix(tensors: dict[str, torch.Tensor], keep: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """Drops a task wrapper's prefix ("bert.", "roberta.", "model.") from
+    names, except names starting with one of ``keep`` (e.g. heads)."""
+    out = {}
+    for name, t in tensors.items():
+        if not name.startswith(keep):
+            for p in _PREFIXES:
+                if name.startswith(p):
+                    name = name[len(p):]
+                    break
+        out[name] = t
+    return out
+
+
+class WeightReader:
+    """Hands out tensors by name and reports what was left unused."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], source: str):
+        self._tensors = tensors
+        self._used: set[str] = set()
+        self.source = source
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def take(self, name: str) -> torch.Tensor:
+        try:
+            t = self._tensors[name]
+        except KeyError:
+            raise ModelLoadError(f"{self.source}: missing weight {name!r}") from None
+        self._used.add(name)
+        return t
+
+    def unused(self, ignore: tuple[str, ...] = ()) -> list[str]:
+        return sorted(n for n in self._tensors if n not in self._used and not n.startswith(ignore) and not any(i in n for i in ignore))

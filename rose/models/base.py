@@ -1,0 +1,55 @@
+"""What every model gives the engine: an encoder over the flat token axis
+plus the heads that turn hidden states into each output kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..attention import AttnPlan
+from ..interface import OutputKind
+from ..pooling import finish_dense, pool
+
+
+@dataclass
+class StepInputs:
+    """One step's inputs, already on the model's device."""
+
+    token_ids: torch.Tensor  # int32 [T]
+    positions: torch.Tensor  # int32 [T], position of each token in its sequence
+    seg_ids: torch.Tensor  # int64 [T], sequence index of each token
+    cu_seqlens: torch.Tensor  # int32 [n + 1]
+    inv_lengths: torch.Tensor  # float32 [n]
+    dimensions: torch.Tensor  # int32 [n] (dense)
+    normalize: torch.Tensor  # bool [n] (dense)
+    plan: AttnPlan
+
+
+class EmbeddingModel(nn.Module):
+    """Base class: subclasses implement ``encode`` and set the attributes."""
+
+    kinds: tuple[OutputKind, ...] = (OutputKind.DENSE,)
+    pooling: str = "mean"
+    dimension: int = 0
+    multi_vector_dimension: int = 0
+    causal: bool = False
+
+    def encode(self, x: StepInputs) -> torch.Tensor:
+        """Hidden states [T, H] for the flat batch."""
+        raise NotImplementedError
+
+    def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        """Pooled vector per sequence before Matryoshka/normalisation."""
+        return pool(hidden, self.pooling, x.cu_seqlens, x.seg_ids, x.inv_lengths)
+
+    def forward(self, kind: OutputKind, x: StepInputs) -> torch.Tensor:
+        hidden = self.encode(x)
+        if kind is OutputKind.DENSE:
+            return finish_dense(self.dense(hidden, x), x.dimensions, x.normalize)
+        return self.head(kind, hidden, x)
+
+    def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        """Outputs other than dense (sparse, multi-vector, score)."""
+        raise ValueError(f"this model does not produce {kind.value} outputs")
