@@ -9,5 +9,5 @@ class ModelLoadError(RoseError):
     """The model directory is missing, malformed, or not supported."""
 
 
-class InvalidBatchError(RoseError):
+class InvalidBatchError(RoseError, ValueError):
     """A batch the engine cannot run (bad ids, lengths, or output kind)."""

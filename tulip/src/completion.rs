@@ -1,0 +1,81 @@
+//! The completion thread: waits on each launched step without the GIL, reads
+//! its rows straight from the host buffer, and hands every sequence's rows to
+//! its request, answering requests whose last sequence arrived.
+
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::Instant;
+
+use proto::tulip::v1::Timing;
+
+use crate::cuda;
+use crate::error::TulipError;
+use crate::output::{rows_for, Accumulator};
+use crate::queue::{InFlight, Pool, SeqRef};
+
+pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>) {
+    // Steps complete in launch order (one stream), so waiting in order is
+    // never slower than waiting on whichever finishes first.
+    for step in steps {
+        if let Err(e) = deliver(&step) {
+            for s in &step.seqs {
+                s.request.fail(e.clone());
+            }
+        }
+        pool.finish_step(Some(step.output));
+    }
+}
+
+fn deliver(step: &InFlight) -> Result<(), TulipError> {
+    cuda::wait(step.output.event).map_err(TulipError::Engine)?;
+    let kind = match step.seqs.first() {
+        Some(s) => s.request.kind,
+        None => return Ok(()),
+    };
+    let expected: usize = step.seqs.iter().map(|s| rows_for(kind, s.len())).sum();
+    if expected != step.output.rows {
+        return Err(TulipError::Engine(format!(
+            "engine returned {} rows for a batch that needs {expected}",
+            step.output.rows
+        )));
+    }
+    // SAFETY: the event completed above, and the output is released only
+    // after this function returns.
+    let data = unsafe { step.output.data() };
+    let cols = step.output.cols;
+    let mut row = 0;
+    for s in &step.seqs {
+        let n = rows_for(kind, s.len());
+        put(s, &data[row * cols..(row + n) * cols], cols);
+        row += n;
+    }
+    Ok(())
+}
+
+fn put(seq: &SeqRef, rows: &[f32], cols: usize) {
+    let req = &seq.request;
+    let mut p = req.lock();
+    if p.reply.is_none() {
+        return; // already failed or answered
+    }
+    p.output.put(seq.index, rows, cols, req.sequence(seq.index), req.raw_scores);
+    p.remaining -= 1;
+    if p.remaining > 0 {
+        return;
+    }
+    let now = Instant::now();
+    let output = std::mem::replace(&mut p.output, Accumulator::Sparse { per_seq: Vec::new() });
+    let mut resp = output.finish(req.kind, req.num_sequences());
+    resp.tokens = req.token_ids.len() as u64;
+    let micros = |from: Option<Instant>, to: Instant| {
+        from.map_or(0, |f| to.saturating_duration_since(f).as_micros() as u64)
+    };
+    resp.timing = Some(Timing {
+        queue_us: micros(Some(req.arrived), p.last_scheduled.unwrap_or(now)),
+        inference_us: micros(p.first_launch, now),
+        total_us: micros(Some(req.arrived), now),
+    });
+    if let Some(reply) = p.reply.take() {
+        let _ = reply.send(Ok(resp));
+    }
+}

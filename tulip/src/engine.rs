@@ -1,0 +1,191 @@
+//! The boundary with the Python engine: `step(batch) -> LazyTensor` and the
+//! model's description. Everything here runs with the GIL held (inside
+//! `Python::attach`) on the scheduler thread; Python exceptions become typed
+//! errors here, once.
+
+use proto::tulip::v1::OutputKind;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::error::TulipError;
+
+/// The output kinds, as the engine names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Dense,
+    Sparse,
+    MultiVector,
+    Score,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dense => "dense",
+            Self::Sparse => "sparse",
+            Self::MultiVector => "multi_vector",
+            Self::Score => "score",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Dense, Self::Sparse, Self::MultiVector, Self::Score]
+            .into_iter()
+            .find(|k| k.as_str() == name)
+    }
+
+    /// The wire enum; unspecified means dense. `None` for unknown values.
+    pub fn from_proto(value: i32) -> Option<Self> {
+        match OutputKind::try_from(value).ok()? {
+            OutputKind::Unspecified | OutputKind::Dense => Some(Self::Dense),
+            OutputKind::Sparse => Some(Self::Sparse),
+            OutputKind::MultiVector => Some(Self::MultiVector),
+            OutputKind::Score => Some(Self::Score),
+        }
+    }
+
+    pub fn to_proto(self) -> OutputKind {
+        match self {
+            Self::Dense => OutputKind::Dense,
+            Self::Sparse => OutputKind::Sparse,
+            Self::MultiVector => OutputKind::MultiVector,
+            Self::Score => OutputKind::Score,
+        }
+    }
+}
+
+/// What the engine says about its model (`engine.info`).
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub model_id: String,
+    pub architecture: String,
+    pub dimension: u32,
+    pub max_input_length: u32,
+    pub vocab_size: u32,
+    pub pooling: String,
+    pub normalize_default: bool,
+    pub kinds: Vec<Kind>,
+    pub multi_vector_dimension: u32,
+    pub dtype: String,
+    pub device: String,
+}
+
+/// One batch in the engine's buffer layout (little-endian int32 ids and
+/// lengths, int32 dimensions and uint8 normalize flags per sequence).
+#[derive(Debug, Default)]
+pub struct HostBatch {
+    pub kind: Option<Kind>,
+    pub ids: Vec<u8>,
+    pub lengths: Vec<u8>,
+    pub dimensions: Vec<u8>,
+    pub normalize: Vec<u8>,
+}
+
+/// A launched step: the Python LazyTensor plus what Rust needs to read it.
+pub struct LazyOutput {
+    /// Kept alive until the rows are read, then released inside attach.
+    pub obj: Py<PyAny>,
+    ptr: usize,
+    pub rows: usize,
+    pub cols: usize,
+    /// `cudaEvent_t` to wait on; 0 when the data is already on the host.
+    pub event: usize,
+}
+
+impl LazyOutput {
+    /// The output as `rows * cols` floats.
+    ///
+    /// # Safety
+    /// The event must have completed, and `obj` must not have been released.
+    pub unsafe fn data(&self) -> &[f32] {
+        if self.rows * self.cols == 0 {
+            return &[];
+        }
+        std::slice::from_raw_parts(self.ptr as *const f32, self.rows * self.cols)
+    }
+}
+
+pub struct EngineHandle {
+    engine: Py<PyAny>,
+    batch_type: Py<PyAny>,
+}
+
+impl EngineHandle {
+    pub fn new(engine: Py<PyAny>, batch_type: Py<PyAny>) -> Self {
+        Self { engine, batch_type }
+    }
+
+    pub fn info(&self, py: Python<'_>) -> PyResult<ModelInfo> {
+        let info = self.engine.bind(py).getattr("info")?;
+        let get = |name: &str| info.getattr(name);
+        let kinds: Vec<String> = get("kinds")?.extract()?;
+        let kinds = kinds
+            .iter()
+            .map(|k| {
+                Kind::from_name(k)
+                    .ok_or_else(|| PyValueError::new_err(format!("engine reports unknown kind {k:?}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(ModelInfo {
+            model_id: get("model_id")?.extract()?,
+            architecture: get("architecture")?.extract()?,
+            dimension: get("dimension")?.extract()?,
+            max_input_length: get("max_input_length")?.extract()?,
+            vocab_size: get("vocab_size")?.extract()?,
+            pooling: get("pooling")?.extract()?,
+            normalize_default: get("normalize_default")?.extract()?,
+            kinds,
+            multi_vector_dimension: get("multi_vector_dimension")?.extract()?,
+            dtype: get("dtype")?.extract()?,
+            device: get("device")?.extract()?,
+        })
+    }
+
+    /// Builds the Python batch and launches it. Returns as soon as the
+    /// engine has queued the work.
+    pub fn step(&self, py: Python<'_>, batch: &HostBatch) -> Result<LazyOutput, TulipError> {
+        let kind = batch.kind.unwrap_or(Kind::Dense);
+        let result = (|| -> PyResult<LazyOutput> {
+            let pybatch = self.batch_type.bind(py).call_method1(
+                "from_buffers",
+                (
+                    PyBytes::new(py, &batch.ids),
+                    PyBytes::new(py, &batch.lengths),
+                    kind.as_str(),
+                    PyBytes::new(py, &batch.dimensions),
+                    PyBytes::new(py, &batch.normalize),
+                ),
+            )?;
+            let lazy = self.engine.bind(py).call_method1("step", (pybatch,))?;
+            Ok(LazyOutput {
+                ptr: lazy.call_method0("host_ptr")?.extract()?,
+                rows: lazy.getattr("rows")?.extract()?,
+                cols: lazy.getattr("cols")?.extract()?,
+                event: lazy.getattr("event_handle")?.extract()?,
+                obj: lazy.unbind(),
+            })
+        })();
+        result.map_err(|e| python_error(py, e))
+    }
+
+    /// Hands a finished output's buffer back to the engine's pool.
+    pub fn release(py: Python<'_>, lazy: LazyOutput) {
+        if let Err(e) = lazy.obj.bind(py).call_method0("release") {
+            tracing::error!(error = %e, "LazyTensor.release failed");
+        }
+        drop(lazy);
+    }
+}
+
+/// ValueError (ROSE's InvalidBatchError among them) is the caller's fault;
+/// anything else is the engine's.
+fn python_error(py: Python<'_>, e: PyErr) -> TulipError {
+    if e.is_instance_of::<PyValueError>(py) {
+        TulipError::InvalidArgument(e.value(py).to_string())
+    } else {
+        let msg = format!("{}: {}", e.get_type(py).name().map(|n| n.to_string()).unwrap_or_default(), e.value(py));
+        tracing::error!(error = %msg, "engine step failed");
+        TulipError::Engine(msg)
+    }
+}

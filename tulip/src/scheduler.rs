@@ -1,0 +1,107 @@
+//! The scheduler thread: the only thread that attaches to Python, and only
+//! around `step()` (and to release finished outputs). It launches a batch as
+//! soon as one is waiting and fewer than `max_inflight` steps are running,
+//! so batch N+1 is built and launched while batch N is still on the device.
+
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pyo3::Python;
+
+use crate::engine::{EngineHandle, HostBatch, LazyOutput};
+use crate::queue::{InFlight, Pool, SeqRef, Work};
+
+pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>) {
+    loop {
+        match pool.next_work() {
+            Work::Batch(seqs, releases) => launch(&pool, &engine, &done, seqs, releases),
+            Work::Release(releases) => Python::attach(|py| release_all(py, releases)),
+            Work::Stop(releases) => {
+                // Python references are dropped deterministically, with the GIL.
+                Python::attach(|py| {
+                    release_all(py, releases);
+                    drop(engine);
+                });
+                return;
+            }
+        }
+    }
+}
+
+fn launch(
+    pool: &Pool,
+    engine: &EngineHandle,
+    done: &Sender<InFlight>,
+    seqs: Vec<SeqRef>,
+    releases: Vec<LazyOutput>,
+) {
+    let batch = host_batch(&seqs);
+    let launched = Instant::now();
+    for s in &seqs {
+        let mut p = s.request.lock();
+        p.first_launch.get_or_insert(launched);
+        p.last_scheduled = Some(launched);
+    }
+    let result = Python::attach(|py| {
+        release_all(py, releases);
+        engine.step(py, &batch)
+    });
+    match result {
+        Ok(output) => {
+            let step = InFlight {
+                seqs,
+                output,
+                launched,
+            };
+            if let Err(unsent) = done.send(step) {
+                // The completion thread is gone (shutdown): fail and free.
+                let step = unsent.0;
+                fail(&step.seqs, "server is shutting down");
+                pool.finish_step(Some(step.output));
+            }
+        }
+        Err(e) => {
+            for s in &seqs {
+                s.request.fail(e.clone());
+            }
+            pool.finish_step(None);
+        }
+    }
+}
+
+fn fail(seqs: &[SeqRef], why: &str) {
+    for s in seqs {
+        s.request
+            .fail(crate::error::TulipError::Unavailable(why.to_string()));
+    }
+}
+
+fn release_all(py: Python<'_>, releases: Vec<LazyOutput>) {
+    for r in releases {
+        EngineHandle::release(py, r);
+    }
+}
+
+/// The batch in the engine's buffer layout.
+fn host_batch(seqs: &[SeqRef]) -> HostBatch {
+    let tokens: usize = seqs.iter().map(SeqRef::len).sum();
+    let mut b = HostBatch {
+        kind: seqs.first().map(|s| s.request.kind),
+        ids: Vec::with_capacity(tokens * 4),
+        lengths: Vec::with_capacity(seqs.len() * 4),
+        dimensions: Vec::with_capacity(seqs.len() * 4),
+        normalize: Vec::with_capacity(seqs.len()),
+    };
+    for s in seqs {
+        let r = &s.request;
+        for &id in r.sequence(s.index) {
+            // Ids were checked against the vocabulary, so they fit in i32.
+            b.ids.extend_from_slice(&(id as i32).to_le_bytes());
+        }
+        b.lengths.extend_from_slice(&(s.len() as i32).to_le_bytes());
+        b.dimensions.extend_from_slice(&(r.dimensions as i32).to_le_bytes());
+        b.normalize.push(u8::from(r.normalize));
+    }
+    b
+}

@@ -1,0 +1,76 @@
+//! The `tulip.v1.Tulip` gRPC service: validate, add to the pool, await rows.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use proto::tulip::v1::tulip_server::Tulip;
+use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+use crate::engine::ModelInfo;
+use crate::error::TulipError;
+use crate::queue::Pool;
+use crate::validate::{validate, Limits};
+
+pub struct TulipService {
+    pub pool: Arc<Pool>,
+    pub model: Arc<ModelInfo>,
+    pub limits: Limits,
+    pub state: Arc<ServiceState>,
+}
+
+/// Shared with the shutdown path: whether new work is refused, and how many
+/// requests are still being answered.
+#[derive(Default)]
+pub struct ServiceState {
+    pub draining: AtomicBool,
+    pub active: AtomicUsize,
+}
+
+struct ActiveGuard<'a>(&'a AtomicUsize);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tonic::async_trait]
+impl Tulip for TulipService {
+    async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+        self.state.active.fetch_add(1, Ordering::SeqCst);
+        let _active = ActiveGuard(&self.state.active);
+        if self.state.draining.load(Ordering::SeqCst) {
+            return Err(TulipError::Unavailable("server is draining; retry on another replica".into()).into());
+        }
+        let (tx, rx) = oneshot::channel();
+        let req = validate(request.into_inner(), &self.model, &self.limits, tx).map_err(|(e, _)| Status::from(e))?;
+        self.pool.submit(Arc::new(req))?;
+        match rx.await {
+            Ok(Ok(resp)) => Ok(Response::new(resp)),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(Status::unavailable("request was dropped while the server stopped")),
+        }
+    }
+
+    async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        let m = &self.model;
+        Ok(Response::new(InfoResponse {
+            model_id: m.model_id.clone(),
+            architecture: m.architecture.clone(),
+            dimension: m.dimension,
+            max_input_length: m.max_input_length,
+            vocab_size: m.vocab_size,
+            pooling: m.pooling.clone(),
+            normalize_default: m.normalize_default,
+            kinds: m.kinds.iter().map(|k| k.to_proto() as i32).collect(),
+            multi_vector_dimension: m.multi_vector_dimension,
+            dtype: m.dtype.clone(),
+            device: m.device.clone(),
+            max_request_sequences: self.limits.max_request_sequences as u32,
+            max_batch_tokens: self.pool.max_batch_tokens as u32,
+            max_batch_sequences: self.pool.max_batch_sequences as u32,
+        }))
+    }
+}
