@@ -1,0 +1,243 @@
+//! Pre-tokenizers: cut a normalized string into the words the model sees.
+//!
+//! Words live in one flat buffer ([`Words`]); each stage reads one buffer
+//! and writes the other, so a whole chain runs without allocating once the
+//! buffers have grown.
+
+use crate::chars;
+use crate::normalized::{Align, NormBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PrependScheme {
+    Always,
+    First,
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum PreTokenizer {
+    Sequence(Vec<PreTokenizer>),
+    WhitespaceSplit,
+    Bert,
+    Metaspace {
+        replacement: char,
+        prepend: PrependScheme,
+        split: bool,
+    },
+}
+
+/// One word: a byte range of [`Words::text`] and where its original text
+/// starts (Hugging Face's `original_shift`, which `Metaspace` consults).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Word {
+    pub start: u32,
+    pub end: u32,
+    pub shift: u32,
+}
+
+/// A list of words with their text and per-byte original ranges.
+#[derive(Debug, Default)]
+pub(crate) struct Words {
+    pub text: String,
+    pub align: Vec<Align>,
+    pub words: Vec<Word>,
+}
+
+impl Words {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.align.clear();
+        self.words.clear();
+    }
+
+    /// Starts with `src[range]` as the only word.
+    pub(crate) fn set(&mut self, src: &NormBuf, range: std::ops::Range<usize>) {
+        self.clear();
+        if range.is_empty() {
+            return;
+        }
+        self.text.push_str(&src.text[range.clone()]);
+        self.align.extend_from_slice(&src.align[range.clone()]);
+        self.words.push(Word {
+            start: 0,
+            end: self.text.len() as u32,
+            shift: src.align[range.start].0,
+        });
+    }
+
+    /// The text of word `w`.
+    #[inline]
+    pub(crate) fn word(&self, w: &Word) -> &str {
+        &self.text[w.start as usize..w.end as usize]
+    }
+
+    /// Copies `src` bytes `range` as a new word (a slice of a parent word).
+    #[inline]
+    fn push_slice(&mut self, src_text: &str, src_align: &[Align], range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        let start = self.text.len() as u32;
+        self.text.push_str(&src_text[range.clone()]);
+        self.align.extend_from_slice(&src_align[range.clone()]);
+        self.words.push(Word {
+            start,
+            end: self.text.len() as u32,
+            shift: src_align[range.start].0,
+        });
+    }
+}
+
+impl PreTokenizer {
+    /// Runs this pre-tokenizer on `words`, using `spare` as the other buffer;
+    /// the result ends up in `words`.
+    pub(crate) fn run(&self, words: &mut Words, spare: &mut Words) {
+        match self {
+            Self::Sequence(all) => {
+                for p in all {
+                    p.run(words, spare);
+                }
+            }
+            Self::WhitespaceSplit => {
+                split_into(words, spare, |c| {
+                    if chars::is_whitespace(c) {
+                        Cut::Remove
+                    } else {
+                        Cut::Keep
+                    }
+                });
+                std::mem::swap(words, spare);
+            }
+            Self::Bert => {
+                split_into(words, spare, |c| {
+                    if chars::is_whitespace(c) {
+                        Cut::Remove
+                    } else if chars::is_bert_punct(c) {
+                        Cut::Isolate
+                    } else {
+                        Cut::Keep
+                    }
+                });
+                std::mem::swap(words, spare);
+            }
+            Self::Metaspace {
+                replacement,
+                prepend,
+                split,
+            } => {
+                metaspace_into(words, spare, *replacement, *prepend, *split);
+                std::mem::swap(words, spare);
+            }
+        }
+    }
+}
+
+enum Cut {
+    Keep,
+    Remove,
+    Isolate,
+}
+
+/// Splits every word of `src` into `dst`: `Remove` chars separate words and
+/// vanish, `Isolate` chars become words of their own.
+fn split_into(src: &Words, dst: &mut Words, cut: impl Fn(char) -> Cut) {
+    dst.clear();
+    for w in &src.words {
+        let (ws, we) = (w.start as usize, w.end as usize);
+        let mut start = ws;
+        let text = &src.text[ws..we];
+        if text.is_ascii() {
+            for (i, &b) in text.as_bytes().iter().enumerate() {
+                let i = ws + i;
+                match cut(b as char) {
+                    Cut::Keep => {}
+                    Cut::Remove => {
+                        dst.push_slice(&src.text, &src.align, start..i);
+                        start = i + 1;
+                    }
+                    Cut::Isolate => {
+                        dst.push_slice(&src.text, &src.align, start..i);
+                        dst.push_slice(&src.text, &src.align, i..i + 1);
+                        start = i + 1;
+                    }
+                }
+            }
+        } else {
+            for (i, c) in text.char_indices() {
+                let i = ws + i;
+                match cut(c) {
+                    Cut::Keep => {}
+                    Cut::Remove => {
+                        dst.push_slice(&src.text, &src.align, start..i);
+                        start = i + c.len_utf8();
+                    }
+                    Cut::Isolate => {
+                        dst.push_slice(&src.text, &src.align, start..i);
+                        dst.push_slice(&src.text, &src.align, i..i + c.len_utf8());
+                        start = i + c.len_utf8();
+                    }
+                }
+            }
+        }
+        dst.push_slice(&src.text, &src.align, start..we);
+    }
+}
+
+/// `Metaspace`: spaces become `replacement`, which is prepended as the
+/// scheme says (taking the first char's alignment), and with `split` every
+/// `replacement` starts a new word (Hugging Face's `MergedWithNext`).
+fn metaspace_into(
+    src: &Words,
+    dst: &mut Words,
+    replacement: char,
+    prepend: PrependScheme,
+    split: bool,
+) {
+    dst.clear();
+    let mut rep_buf = [0u8; 4];
+    let rep: &str = replacement.encode_utf8(&mut rep_buf);
+    for w in &src.words {
+        let (ws, we) = (w.start as usize, w.end as usize);
+        let text = &src.text[ws..we];
+        // Hugging Face checks the first char after spaces were replaced.
+        let first = text.chars().next().map(|c| if c == ' ' { replacement } else { c });
+        let starts_with_rep = first == Some(replacement);
+        let add = match prepend {
+            PrependScheme::Always => !starts_with_rep,
+            PrependScheme::First => !starts_with_rep && w.shift == 0,
+            PrependScheme::Never => false,
+        };
+        let mut word_start = dst.text.len();
+        let mut shift = w.shift;
+        if add {
+            dst.text.push_str(rep);
+            for _ in 0..rep.len() {
+                dst.align.push(src.align[ws]);
+            }
+        }
+        for (i, c) in text.char_indices() {
+            let align = src.align[ws + i];
+            let c = if c == ' ' { replacement } else { c };
+            if split && c == replacement && dst.text.len() > word_start {
+                dst.words.push(Word {
+                    start: word_start as u32,
+                    end: dst.text.len() as u32,
+                    shift,
+                });
+                word_start = dst.text.len();
+                shift = align.0;
+            }
+            dst.text.push(c);
+            for _ in 0..c.len_utf8() {
+                dst.align.push(align);
+            }
+        }
+        if dst.text.len() > word_start {
+            dst.words.push(Word {
+                start: word_start as u32,
+                end: dst.text.len() as u32,
+                shift,
+            });
+        }
+    }
+}
