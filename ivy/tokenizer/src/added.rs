@@ -9,7 +9,7 @@
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use crate::trie::{Trie, NO_VALUE};
+use crate::trie::Trie;
 
 /// One added token as declared in `tokenizer.json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,13 +66,12 @@ impl Matcher {
                     break;
                 };
                 state = next;
-                let v = self.trie.value(state);
-                if v != NO_VALUE {
-                    longest = Some((v, start + i + 1));
+                if self.trie.is_key(state) {
+                    longest = Some((state, start + i + 1));
                 }
             }
-            if let Some((v, end)) = longest {
-                return Some((v, start, end));
+            if let Some((state, end)) = longest {
+                return Some((self.trie.value(state), start, end));
             }
         }
         None

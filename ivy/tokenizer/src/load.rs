@@ -229,7 +229,11 @@ pub(crate) fn parse(json: &[u8]) -> std::result::Result<Native, Unsupported> {
     }
     let model = build_model(file.model)?;
     let normalizer = file.normalizer.map(build_normalizer).transpose()?;
-    let pre_tokenizer = file.pre_tokenizer.map(build_pre_tokenizer).transpose()?;
+    let pre_tokenizer = file
+        .pre_tokenizer
+        .map(build_pre_tokenizer)
+        .transpose()?
+        .map(PreTokenizer::optimized);
     let template = match file.post_processor {
         None => Template::none(),
         Some(p) => build_template(p)?,
@@ -265,7 +269,9 @@ fn build_model(m: ModelJson) -> std::result::Result<Model, Unsupported> {
                 return Err("WordPiece model with missing fields".into());
             };
             let vocab: Vec<(&str, u32)> = vocab.iter().map(|(p, id)| (p.as_ref(), *id)).collect();
-            Ok(Model::WordPiece(WordPiece::new(&vocab, unk, &prefix, max_chars)))
+            WordPiece::new(&vocab, unk, &prefix, max_chars)
+                .map(Model::WordPiece)
+                .map_err(|e| e.to_string())
         }
         (kind, _) => Err(format!("model type {}", kind.unwrap_or("(none)"))),
     }

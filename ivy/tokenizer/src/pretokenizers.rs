@@ -24,6 +24,12 @@ pub(crate) enum PreTokenizer {
         prepend: PrependScheme,
         split: bool,
     },
+    /// `Sequence[WhitespaceSplit, Metaspace]` (XLM-RoBERTa) in one pass.
+    WhitespaceMetaspace {
+        replacement: char,
+        prepend: PrependScheme,
+        split: bool,
+    },
 }
 
 /// One word: a byte range of [`Words::text`] and where its original text
@@ -89,6 +95,25 @@ impl Words {
 }
 
 impl PreTokenizer {
+    /// Fuses stages that have a one-pass equivalent.
+    pub(crate) fn optimized(self) -> Self {
+        match self {
+            Self::Sequence(all) => match all.as_slice() {
+                [Self::WhitespaceSplit, Self::Metaspace {
+                    replacement,
+                    prepend,
+                    split,
+                }] => Self::WhitespaceMetaspace {
+                    replacement: *replacement,
+                    prepend: *prepend,
+                    split: *split,
+                },
+                _ => Self::Sequence(all.into_iter().map(Self::optimized).collect()),
+            },
+            other => other,
+        }
+    }
+
     /// Runs this pre-tokenizer on `words`, using `spare` as the other buffer;
     /// the result ends up in `words`.
     pub(crate) fn run(&self, words: &mut Words, spare: &mut Words) {
@@ -126,6 +151,14 @@ impl PreTokenizer {
                 split,
             } => {
                 metaspace_into(words, spare, *replacement, *prepend, *split);
+                std::mem::swap(words, spare);
+            }
+            Self::WhitespaceMetaspace {
+                replacement,
+                prepend,
+                split,
+            } => {
+                whitespace_metaspace_into(words, spare, *replacement, *prepend, *split);
                 std::mem::swap(words, spare);
             }
         }
@@ -239,5 +272,71 @@ fn metaspace_into(
                 shift,
             });
         }
+    }
+}
+
+/// `WhitespaceSplit` then `Metaspace` in one pass: whitespace ends a word
+/// (words hold no spaces, so nothing is replaced), each word gets the
+/// prefix as the scheme says, and with `split` each `replacement` in a word
+/// starts a new one.
+fn whitespace_metaspace_into(
+    src: &Words,
+    dst: &mut Words,
+    replacement: char,
+    prepend: PrependScheme,
+    split: bool,
+) {
+    dst.clear();
+    let mut rep_buf = [0u8; 4];
+    let rep: &str = replacement.encode_utf8(&mut rep_buf);
+    // Output word being built: start in `dst.text` and its shift.
+    let mut open: Option<(usize, u32)> = None;
+    let close = |dst: &mut Words, open: &mut Option<(usize, u32)>| {
+        if let Some((start, shift)) = open.take() {
+            if dst.text.len() > start {
+                dst.words.push(Word {
+                    start: start as u32,
+                    end: dst.text.len() as u32,
+                    shift,
+                });
+            }
+        }
+    };
+    for w in &src.words {
+        let (ws, we) = (w.start as usize, w.end as usize);
+        let mut in_word = false;
+        for (i, c) in src.text[ws..we].char_indices() {
+            let align = src.align[ws + i];
+            if chars::is_whitespace(c) {
+                close(dst, &mut open);
+                in_word = false;
+                continue;
+            }
+            if !in_word {
+                // A whitespace-delimited word starts at `c`.
+                in_word = true;
+                let add = c != replacement
+                    && match prepend {
+                        PrependScheme::Always => true,
+                        PrependScheme::First => align.0 == 0,
+                        PrependScheme::Never => false,
+                    };
+                open = Some((dst.text.len(), align.0));
+                if add {
+                    dst.text.push_str(rep);
+                    for _ in 0..rep.len() {
+                        dst.align.push(align);
+                    }
+                }
+            } else if split && c == replacement {
+                close(dst, &mut open);
+                open = Some((dst.text.len(), align.0));
+            }
+            dst.text.push(c);
+            for _ in 0..c.len_utf8() {
+                dst.align.push(align);
+            }
+        }
+        close(dst, &mut open);
     }
 }

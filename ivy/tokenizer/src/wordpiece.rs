@@ -3,7 +3,7 @@
 //! cannot be covered, or is too long, becomes one unknown token.
 
 use crate::pieces::Pieces;
-use crate::trie::{State, Trie, NO_VALUE};
+use crate::trie::{State, Trie, MAX_VALUE};
 use crate::{Error, Result};
 
 #[derive(Debug)]
@@ -28,11 +28,14 @@ impl WordPiece {
         unk_token: String,
         continuing_subword_prefix: &str,
         max_input_chars_per_word: usize,
-    ) -> Self {
+    ) -> Result<Self> {
+        if let Some((p, id)) = vocab.iter().find(|v| v.1 > MAX_VALUE) {
+            return Err(Error::Invalid(format!("WordPiece: id {id} of {p:?} is too large")));
+        }
         let trie = Trie::build(vocab.iter().map(|&(p, id)| (p.as_bytes(), id, 0.0)));
         let continuation = trie.walk(Trie::ROOT, continuing_subword_prefix.as_bytes());
         let unk_id = trie.get(unk_token.as_bytes());
-        Self {
+        Ok(Self {
             continuation,
             unk_token,
             unk_id,
@@ -40,7 +43,7 @@ impl WordPiece {
             pieces: Pieces::new(vocab.iter().map(|&(p, id)| (id, p))),
             size: vocab.len(),
             trie,
-        }
+        })
     }
 
     pub(crate) fn vocab_size(&self) -> usize {
@@ -91,6 +94,8 @@ impl WordPiece {
             } else {
                 self.continuation
             };
+            // The longest piece from `start`: remember its state, read its
+            // id once.
             let mut found = None;
             if let Some(mut state) = from {
                 for (i, &b) in bytes[start..].iter().enumerate() {
@@ -98,12 +103,12 @@ impl WordPiece {
                         break;
                     };
                     state = next;
-                    let id = self.trie.value(state);
-                    if id != NO_VALUE {
-                        found = Some((id, start + i + 1));
+                    if self.trie.is_key(state) {
+                        found = Some((state, start + i + 1));
                     }
                 }
             }
+            let found = found.map(|(state, end)| (self.trie.value(state), end));
             let Some((id, end)) = found else {
                 emit(self.unk()?, 0, n as u32);
                 return Ok(());

@@ -6,6 +6,8 @@
 //! bytes is looked up whole and replaced by the *shortest* mapped prefix;
 //! otherwise each of its chars is looked up on its own.
 
+use std::sync::OnceLock;
+
 use unicode_segmentation::UnicodeSegmentation;
 
 use crate::normalized::Work;
@@ -17,6 +19,73 @@ pub(crate) struct Precompiled {
     normalized: String,
     /// The replacement of each single ASCII char, as a range of `normalized`.
     ascii: [Option<(u32, u32)>; 128],
+    /// One bit per Basic Multilingual Plane char: set when the map has an
+    /// entry for that char alone.
+    mapped: Box<[u64; 1024]>,
+}
+
+/// A char that ends its grapheme unless the next char extends it.
+const ALONE: u8 = 1;
+/// A char that never starts a grapheme after an `ALONE` char.
+const EXTENDS: u8 = 2;
+
+/// Grapheme-break facts for every BMP char, derived from the segmenter
+/// itself: `c` is `ALONE` if it is a grapheme of its own before a char of
+/// every break category that does not extend; `n` `EXTENDS` if "a" + `n` is
+/// one grapheme. With both, `c` followed by a non-extending char is exactly
+/// one grapheme, so most text skips the segmenter.
+fn grapheme_flags() -> &'static [u8] {
+    static FLAGS: OnceLock<Vec<u8>> = OnceLock::new();
+    FLAGS.get_or_init(|| {
+        // One char of each break category (and Indic consonant, emoji).
+        const NEXT: [char; 14] = [
+            'a', '\r', '\n', '\u{1}', '\u{600}', '\u{1F1E6}', '\u{1100}', '\u{1161}', '\u{11A8}',
+            '\u{AC00}', '\u{AC01}', '\u{1F600}', '\u{915}', '\u{200D}',
+        ];
+        let mut buf = String::new();
+        (0..=0xFFFFu32)
+            .map(|u| {
+                let Some(c) = char::from_u32(u) else { return 0 };
+                let mut f = 0;
+                buf.clear();
+                buf.push('a');
+                buf.push(c);
+                if buf.graphemes(true).count() == 1 {
+                    f |= EXTENDS;
+                }
+                let alone = NEXT.iter().all(|&n| {
+                    buf.clear();
+                    buf.push(c);
+                    buf.push(n);
+                    // Extending chars are excluded by the caller's check.
+                    n == '\u{200D}' || buf.graphemes(true).count() == 2
+                });
+                if alone && f & EXTENDS == 0 {
+                    f |= ALONE;
+                }
+                f
+            })
+            .collect()
+    })
+}
+
+/// The length of the grapheme starting at `pos` when it is a single char
+/// the tables can vouch for.
+#[inline]
+fn single_char_grapheme(text: &str, pos: usize, flags: &[u8]) -> Option<(char, usize)> {
+    let mut chars = text[pos..].chars();
+    let c = chars.next()?;
+    let fc = *flags.get(c as usize)?;
+    if fc & ALONE == 0 {
+        return None;
+    }
+    match chars.next() {
+        None => Some((c, c.len_utf8())),
+        Some(n) => {
+            let fnext = *flags.get(n as usize)?;
+            (fnext & EXTENDS == 0).then_some((c, c.len_utf8()))
+        }
+    }
 }
 
 impl Precompiled {
@@ -35,9 +104,18 @@ impl Precompiled {
             units,
             normalized,
             ascii: [None; 128],
+            mapped: Box::new([0; 1024]),
         };
         for b in 0..128u8 {
             p.ascii[b as usize] = p.lookup(&[b]);
+        }
+        let mut buf = [0u8; 4];
+        for u in 0..=0xFFFFu32 {
+            if let Some(c) = char::from_u32(u) {
+                if p.lookup(c.encode_utf8(&mut buf).as_bytes()).is_some() {
+                    p.mapped[u as usize / 64] |= 1 << (u % 64);
+                }
+            }
         }
         Ok(p)
     }
@@ -81,6 +159,7 @@ impl Precompiled {
         // Changes are only recorded from the first replacement on; the
         // unchanged prefix is filled in then (most text has none).
         let mut modified = false;
+        let flags = grapheme_flags();
         let changes = &mut w.changes;
         changes.clear();
         let mut pos = 0;
@@ -110,6 +189,16 @@ impl Precompiled {
                 }
                 pos += 1;
                 continue;
+            }
+            if let Some((c, len)) = single_char_grapheme(text, pos, flags) {
+                let u = c as usize;
+                if self.mapped[u / 64] & (1 << (u % 64)) == 0 {
+                    if modified {
+                        changes.push((c, 0));
+                    }
+                    pos += len;
+                    continue;
+                }
             }
             let grapheme = text[pos..].graphemes(true).next().unwrap_or(&text[pos..]);
             if grapheme.len() < 6 {
@@ -164,6 +253,39 @@ fn replace(changes: &mut Vec<(char, isize)>, old: &str, new: &str) {
     } else if diff < 0 {
         if let Some(last) = changes.last_mut() {
             last.1 += diff;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table-driven shortcut agrees with the segmenter on every string
+    /// made of chars from all break categories.
+    #[test]
+    fn single_char_graphemes_match_the_segmenter() {
+        let alphabet: Vec<char> = "a\r\n\u{1}\u{600}\u{1F1E6}\u{1F1E7}\u{1100}\u{1161}\u{11A8}\u{AC00}\u{AC01}\u{1F600}\u{915}\u{94D}\u{200D}\u{301}\u{903}\u{E01}\u{E33}é日\u{FF8A}\u{FF9F}"
+            .chars()
+            .collect();
+        let flags = grapheme_flags();
+        let mut seed = 0x2545F4914F6CDD1Du64;
+        let mut s = String::new();
+        for _ in 0..20000 {
+            s.clear();
+            for _ in 0..6 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                s.push(alphabet[(seed % alphabet.len() as u64) as usize]);
+            }
+            let mut pos = 0;
+            for g in s.graphemes(true) {
+                if let Some((_, len)) = single_char_grapheme(&s, pos, flags) {
+                    assert_eq!(len, g.len(), "{s:?} at {pos}");
+                }
+                pos += g.len();
+            }
         }
     }
 }
