@@ -36,6 +36,9 @@ struct Matcher {
     trie: Trie,
     /// Bytes that start some pattern: a quick skip for everything else.
     first: [bool; 256],
+    /// The first bytes when there are at most three (`<` for `<s>`,
+    /// `[` for `[CLS]`): found with a vectorized search.
+    few: Option<Vec<u8>>,
 }
 
 impl Matcher {
@@ -47,18 +50,27 @@ impl Matcher {
         for (p, _) in patterns {
             first[p.as_bytes()[0] as usize] = true;
         }
+        let bytes: Vec<u8> = (0..=255u8).filter(|&b| first[b as usize]).collect();
         Some(Self {
-            trie: Trie::build(patterns.iter().map(|&(p, i)| (p.as_bytes(), i, 0.0))),
+            trie: Trie::build(patterns.iter().map(|&(p, i)| (p.as_bytes(), i))),
             first,
+            few: (bytes.len() <= 3).then_some(bytes),
         })
     }
 
     /// The leftmost-longest match at or after `from`: `(token, start, end)`.
     fn find(&self, text: &[u8], from: usize) -> Option<(u32, usize, usize)> {
-        for start in from..text.len() {
-            if !self.first[text[start] as usize] {
-                continue;
-            }
+        let mut start = from;
+        while start < text.len() {
+            let rest = &text[start..];
+            let skip = match self.few.as_deref() {
+                Some([a]) => memchr::memchr(*a, rest),
+                Some([a, b]) => memchr::memchr2(*a, *b, rest),
+                Some([a, b, c]) => memchr::memchr3(*a, *b, *c, rest),
+                _ => rest.iter().position(|&b| self.first[b as usize]),
+            };
+            let Some(skip) = skip else { return None };
+            start += skip;
             let mut state = Trie::ROOT;
             let mut longest = None;
             for (i, &b) in text[start..].iter().enumerate() {
@@ -73,6 +85,7 @@ impl Matcher {
             if let Some((state, end)) = longest {
                 return Some((self.trie.value(state), start, end));
             }
+            start += 1;
         }
         None
     }

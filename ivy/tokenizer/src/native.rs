@@ -222,20 +222,34 @@ impl Native {
             p.run(&mut sc.words, &mut sc.spare);
         }
         let words = &sc.words;
-        for w in &words.words {
-            let text = words.word(w);
-            let base = w.start as usize;
-            let align = &words.align;
-            let mut emit = |id: u32, s: u32, e: u32| {
-                let start = align[base + s as usize].0;
-                let end = align[base + e as usize - 1].1;
-                seq.push(id, (start, end));
-            };
-            match &self.model {
-                Model::Unigram(m) => m.tokenize(text, &mut sc.unigram, &mut emit)?,
-                Model::WordPiece(m) => m.tokenize(text, &mut sc.wordpiece, &mut emit)?,
+        let convert = |w: usize, s: u32, e: u32| {
+            let word = &words.words[w];
+            let base = word.start as usize;
+            (
+                words.align[base + s as usize].0,
+                words.align[base + e as usize - 1].1,
+            )
+        };
+        match &self.model {
+            Model::Unigram(m) => {
+                let mut current = None;
+                m.tokenize_words(words.words.iter().map(|w| words.word(w)), &mut sc.unigram, |w, id, s, e| {
+                    if current.is_some_and(|c| c != w) {
+                        seq.end_split(true);
+                    }
+                    current = Some(w);
+                    seq.push(id, convert(w, s, e));
+                })?;
+                if current.is_some() {
+                    seq.end_split(true);
+                }
             }
-            seq.end_split(true);
+            Model::WordPiece(m) => {
+                for (i, w) in words.words.iter().enumerate() {
+                    m.tokenize(words.word(w), &mut sc.wordpiece, |id, s, e| seq.push(id, convert(i, s, e)))?;
+                    seq.end_split(true);
+                }
+            }
         }
         Ok(())
     }

@@ -278,7 +278,7 @@ fn metaspace_into(
 /// `WhitespaceSplit` then `Metaspace` in one pass: whitespace ends a word
 /// (words hold no spaces, so nothing is replaced), each word gets the
 /// prefix as the scheme says, and with `split` each `replacement` in a word
-/// starts a new one.
+/// starts a new one. Runs of ordinary chars are copied in bulk.
 fn whitespace_metaspace_into(
     src: &Words,
     dst: &mut Words,
@@ -289,54 +289,66 @@ fn whitespace_metaspace_into(
     dst.clear();
     let mut rep_buf = [0u8; 4];
     let rep: &str = replacement.encode_utf8(&mut rep_buf);
-    // Output word being built: start in `dst.text` and its shift.
-    let mut open: Option<(usize, u32)> = None;
-    let close = |dst: &mut Words, open: &mut Option<(usize, u32)>| {
-        if let Some((start, shift)) = open.take() {
-            if dst.text.len() > start {
-                dst.words.push(Word {
-                    start: start as u32,
-                    end: dst.text.len() as u32,
-                    shift,
-                });
-            }
-        }
-    };
     for w in &src.words {
         let (ws, we) = (w.start as usize, w.end as usize);
-        let mut in_word = false;
-        for (i, c) in src.text[ws..we].char_indices() {
-            let align = src.align[ws + i];
-            if chars::is_whitespace(c) {
-                close(dst, &mut open);
-                in_word = false;
-                continue;
+        let text = &src.text[ws..we];
+        let bytes = text.as_bytes();
+        let align = &src.align[ws..we];
+        // The output word being built starts at `open` (with its shift).
+        let mut open: Option<(usize, u32)> = None;
+        // Start of the run of ordinary chars not yet copied.
+        let mut run = 0;
+        let mut i = 0;
+        while i <= bytes.len() {
+            let (c, len) = if i == bytes.len() {
+                (' ', 0)
+            } else if bytes[i] < 0x80 {
+                (bytes[i] as char, 1)
+            } else {
+                let c = text[i..].chars().next().unwrap_or(' ');
+                (c, c.len_utf8())
+            };
+            let space = i == bytes.len() || chars::is_whitespace(c);
+            let starts_word = !space && open.is_none();
+            let cut = !space && split && c == replacement && open.is_some();
+            if space || starts_word || cut {
+                // Flush the pending run into the open word.
+                dst.text.push_str(&text[run..i]);
+                dst.align.extend_from_slice(&align[run..i]);
+                run = i;
             }
-            if !in_word {
-                // A whitespace-delimited word starts at `c`.
-                in_word = true;
+            if space || cut {
+                if let Some((start, shift)) = open.take() {
+                    dst.words.push(Word {
+                        start: start as u32,
+                        end: dst.text.len() as u32,
+                        shift,
+                    });
+                }
+                run = i + len;
+            }
+            if cut {
+                open = Some((dst.text.len(), align[i].0));
+                run = i;
+            }
+            if starts_word {
+                let a = align[i];
+                open = Some((dst.text.len(), a.0));
                 let add = c != replacement
                     && match prepend {
                         PrependScheme::Always => true,
-                        PrependScheme::First => align.0 == 0,
+                        PrependScheme::First => a.0 == 0,
                         PrependScheme::Never => false,
                     };
-                open = Some((dst.text.len(), align.0));
                 if add {
                     dst.text.push_str(rep);
-                    for _ in 0..rep.len() {
-                        dst.align.push(align);
-                    }
+                    dst.align.extend(std::iter::repeat_n(a, rep.len()));
                 }
-            } else if split && c == replacement {
-                close(dst, &mut open);
-                open = Some((dst.text.len(), align.0));
             }
-            dst.text.push(c);
-            for _ in 0..c.len_utf8() {
-                dst.align.push(align);
+            if i == bytes.len() {
+                break;
             }
+            i += len;
         }
-        close(dst, &mut open);
     }
 }

@@ -1,9 +1,9 @@
 //! A static double-array trie over byte strings.
 //!
-//! Each state is one 16-byte unit: its transition base, its label with the
-//! value (id) of the key ending there, and that key's score (`-inf` where
-//! none ends). A walk that finds a piece has its id and score in the same
-//! cache line: no hashing and no second lookup on the hot path.
+//! Each state is one 8-byte unit: its transition base, and its label with
+//! the value (id) of the key ending there. A walk that finds a piece has its
+//! id in the same cache line (no hashing, no second lookup), eight states
+//! share a line, and states are laid out so that a walk stays in few lines.
 //!
 //! A transition on byte `b` from state `s` goes to `t = base(s) + b`, valid
 //! when unit `t` is occupied with label `b`. Checking the label rather than
@@ -20,19 +20,16 @@ const LABEL_MASK: u32 = 0x1FF;
 const VALUE_SHIFT: u32 = 9;
 
 #[derive(Clone, Copy, Debug)]
-#[repr(C, align(16))]
+#[repr(C, align(8))]
 struct Unit {
     base: u32,
     /// Bits 0–7: the label; bit 8: occupied; bits 9–31: the value.
     meta: u32,
-    /// The score of the key ending here; `-inf` when no key ends here.
-    score: f64,
 }
 
 const EMPTY: Unit = Unit {
     base: 0,
     meta: NO_VALUE << VALUE_SHIFT,
-    score: f64::NEG_INFINITY,
 };
 
 /// A state of the trie (the root is [`Trie::ROOT`]).
@@ -48,22 +45,22 @@ pub(crate) struct Trie {
 impl Trie {
     pub(crate) const ROOT: State = 0;
 
-    /// Builds the trie from `(key, value, score)` entries. When a key appears
-    /// more than once, the last entry wins (as a map insert would). Empty
-    /// keys are not stored: a walk never reports a match of length zero.
-    /// Values must be at most [`MAX_VALUE`]; scores must not be `-inf`.
-    pub(crate) fn build<'a>(entries: impl IntoIterator<Item = (&'a [u8], u32, f64)>) -> Self {
-        let mut keys: Vec<(&[u8], u32, f64, usize)> = entries
+    /// Builds the trie from `(key, value)` entries. When a key appears more
+    /// than once, the last entry wins (as a map insert would). Empty keys
+    /// are not stored: a walk never reports a match of length zero. Values
+    /// must be at most [`MAX_VALUE`].
+    pub(crate) fn build<'a>(entries: impl IntoIterator<Item = (&'a [u8], u32)>) -> Self {
+        let mut keys: Vec<(&[u8], u32, usize)> = entries
             .into_iter()
             .enumerate()
-            .filter(|(_, (k, _, _))| !k.is_empty())
-            .map(|(i, (k, v, s))| (k, v.min(MAX_VALUE), s, i))
+            .filter(|(_, (k, _))| !k.is_empty())
+            .map(|(i, (k, v))| (k, v.min(MAX_VALUE), i))
             .collect();
         // Sort by key, later entries first among equal keys, then keep the
         // first of each run: "last insert wins".
-        keys.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.3.cmp(&a.3)));
+        keys.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.2.cmp(&a.2)));
         keys.dedup_by(|next, kept| next.0 == kept.0);
-        let keys: Vec<(&[u8], u32, f64)> = keys.into_iter().map(|(k, v, s, _)| (k, v, s)).collect();
+        let keys: Vec<(&[u8], u32)> = keys.into_iter().map(|(k, v, _)| (k, v)).collect();
         let mut builder = Builder::new(keys.iter().map(|k| k.0.len()).sum::<usize>() + 512);
         builder.occupy(0, 0);
         builder.place_all(&keys);
@@ -87,19 +84,13 @@ impl Trie {
     /// Whether a key ends at `s`.
     #[inline(always)]
     pub(crate) fn is_key(&self, s: State) -> bool {
-        self.units[s as usize].score != f64::NEG_INFINITY
+        self.value(s) != NO_VALUE
     }
 
     /// The value of the key ending at `s`, or [`NO_VALUE`].
     #[inline(always)]
     pub(crate) fn value(&self, s: State) -> u32 {
         self.units[s as usize].meta >> VALUE_SHIFT
-    }
-
-    /// The score of the key ending at `s` (`-inf` when none ends there).
-    #[inline(always)]
-    pub(crate) fn score(&self, s: State) -> f64 {
-        self.units[s as usize].score
     }
 
     /// The longest key, in bytes.
@@ -262,15 +253,14 @@ impl Builder {
     /// it as they fit: the long single-child chains of a vocabulary then
     /// lie in consecutive units, and a walk down one touches few cache
     /// lines. `keys` are sorted and distinct.
-    fn place_all(&mut self, keys: &[(&[u8], u32, f64)]) {
+    fn place_all(&mut self, keys: &[(&[u8], u32)]) {
         let mut stack = vec![(0u32, 0usize, keys.len(), 0usize)];
         while let Some((state, lo, hi, depth)) = stack.pop() {
             let mut first = lo;
-            if let Some(&(k, v, s)) = keys.get(lo).filter(|_| lo < hi) {
+            if let Some(&(k, v)) = keys.get(lo).filter(|_| lo < hi) {
                 if k.len() == depth {
                     let unit = &mut self.units[state as usize];
                     unit.meta = (unit.meta & LABEL_MASK) | (v << VALUE_SHIFT);
-                    unit.score = s;
                     first += 1;
                 }
             }
@@ -337,7 +327,7 @@ mod tests {
     use super::*;
 
     fn trie(keys: &[&str]) -> Trie {
-        Trie::build(keys.iter().enumerate().map(|(i, k)| (k.as_bytes(), i as u32, i as f64)))
+        Trie::build(keys.iter().enumerate().map(|(i, k)| (k.as_bytes(), i as u32)))
     }
 
     #[test]
@@ -347,7 +337,6 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(t.get(k.as_bytes()), Some(i as u32), "{k}");
             let s = t.walk(Trie::ROOT, k.as_bytes()).unwrap();
-            assert_eq!(t.score(s), i as f64);
             assert!(t.is_key(s));
         }
         for k in ["", "abcd", "c", "▁t", "u", "x", "x\u{0}", "\u{0}\u{0}", "ba"] {
@@ -359,9 +348,9 @@ mod tests {
     #[test]
     fn last_duplicate_wins_and_empty_keys_are_skipped() {
         let t = Trie::build([
-            (&b"ab"[..], 1, 1.0),
-            (&b""[..], 2, 2.0),
-            (&b"ab"[..], 3, 3.0),
+            (&b"ab"[..], 1),
+            (&b""[..], 2),
+            (&b"ab"[..], 3),
         ]);
         assert_eq!(t.get(b"ab"), Some(3));
         assert_eq!(t.get(b""), None);
@@ -376,7 +365,7 @@ mod tests {
             }
             keys.push(vec![a]);
         }
-        let t = Trie::build(keys.iter().enumerate().map(|(i, k)| (k.as_slice(), i as u32, 0.0)));
+        let t = Trie::build(keys.iter().enumerate().map(|(i, k)| (k.as_slice(), i as u32)));
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(t.get(k), Some(i as u32));
         }

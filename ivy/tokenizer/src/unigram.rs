@@ -16,12 +16,13 @@ const UNK_PENALTY: f64 = 10.0;
 const UNREACHED: u32 = u32::MAX;
 /// Marks a fused run of unknown chars whose id is still to be decided.
 const UNK_RUN: u32 = u32::MAX;
-/// The "state" of an unknown-char step on the best path.
-const UNK_STATE: u32 = u32::MAX;
 
 #[derive(Debug)]
 pub(crate) struct Unigram {
     trie: Trie,
+    /// Scores by id, read (in bulk, off the walks' critical path) for the
+    /// pieces the walks found.
+    scores: Vec<f64>,
     unk_id: Option<u32>,
     unk_score: f64,
     /// Ids of `<0x00>` … `<0xFF>` when byte fallback is on and all exist.
@@ -42,24 +43,27 @@ const WHOLE: u8 = 1;
 const SPLIT: u8 = 2;
 
 /// The best path ending at a byte position: its score, where its last
-/// piece starts, and the trie state of that piece (its id is read only for
-/// the pieces of the final path).
+/// piece starts, and that piece's id.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Best {
     score: f64,
     start: u32,
-    state: u32,
+    id: u32,
 }
 
 /// How many trie walks advance together (see `Unigram::forward`).
-const LANES: usize = 8;
+const LANES: usize = 16;
 
 /// Reusable buffers for one word.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     best: Vec<Best>,
-    /// Pieces found by the walks of a group: `(end, state)`, `stride` per
-    /// lane (one more than the longest key).
+    /// Pieces found by the first walks of a group of words, laid out as
+    /// `found`.
+    first: Vec<(u32, u32)>,
+    /// Pieces found by the walks of a group: `(end, id)`, `stride` per lane
+    /// (one more than the longest key). Their scores are prefetched while
+    /// walking and read when the walks are done.
     found: Vec<(u32, u32)>,
     /// Tokens of the best path, last first: `(id, start, end)`.
     rev: Vec<(u32, u32, u32)>,
@@ -89,13 +93,14 @@ impl Unigram {
             vocab
                 .iter()
                 .enumerate()
-                .map(|(id, &(p, s))| (p.as_bytes(), id as u32, s)),
+                .map(|(id, &(p, _))| (p.as_bytes(), id as u32)),
         );
         let mut byte_ids = Box::new([NO_VALUE; 256]);
         for (b, slot) in byte_ids.iter_mut().enumerate() {
             *slot = trie.get(format!("<0x{b:02X}>").as_bytes()).unwrap_or(NO_VALUE);
         }
         Ok(Self {
+            scores: vocab.iter().map(|v| v.1).collect(),
             unk_id: unk_id.map(|u| u as u32),
             unk_score: min_score - UNK_PENALTY,
             byte_ids: byte_fallback.then_some(byte_ids),
@@ -120,61 +125,105 @@ impl Unigram {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.trie.memory_bytes() + self.pieces.memory_bytes() + self.whole.len()
+        self.trie.memory_bytes()
+            + self.pieces.memory_bytes()
+            + self.scores.len() * 8
+            + self.whole.len()
     }
 
-    /// The id of a best-path step.
-    #[inline]
-    fn id_of(&self, state: u32) -> u32 {
-        if state == UNK_STATE {
-            self.unk_id.unwrap_or(NO_VALUE)
-        } else {
-            self.trie.value(state)
-        }
-    }
-
-    /// Tokenizes one non-empty word; calls `emit(id, start, end)` for each
-    /// token in order, with byte offsets into `word`.
-    pub(crate) fn tokenize(
+    /// Tokenizes the non-empty `words` in order; calls `emit(word, id,
+    /// start, end)` for each token, with byte offsets into its word.
+    ///
+    /// The walk from each word's first byte is done for up to [`LANES`]
+    /// words at once (independent walks overlap their memory loads): if a
+    /// whole word is one piece known to be its own best segmentation, that
+    /// is the answer; otherwise that walk's pieces start the word's
+    /// Viterbi pass.
+    pub(crate) fn tokenize_words<'w>(
         &self,
-        word: &str,
+        words: impl Iterator<Item = &'w str>,
+        sc: &mut Scratch,
+        mut emit: impl FnMut(usize, u32, u32, u32),
+    ) -> Result<()> {
+        let stride = self.trie.max_key_len() + 1;
+        sc.found.resize(stride * LANES, (0, 0));
+        sc.first.resize(stride * LANES, (0, 0));
+        let mut words = words.enumerate().peekable();
+        let mut group: [(usize, &[u8]); LANES] = [(0, &[]); LANES];
+        while words.peek().is_some() {
+            let mut k = 0;
+            while k < LANES {
+                let Some((i, w)) = words.next() else { break };
+                group[k] = (i, w.as_bytes());
+                k += 1;
+            }
+            let mut state = [Trie::ROOT; LANES];
+            let mut at = [0usize; LANES];
+            let mut count = [0usize; LANES];
+            let mut live = [false; LANES];
+            let mut whole = [false; LANES];
+            live[..k].fill(true);
+            let mut active = k;
+            while active > 0 {
+                for lane in 0..k {
+                    if !live[lane] {
+                        continue;
+                    }
+                    let bytes = group[lane].1;
+                    let p = at[lane];
+                    let next = bytes.get(p).and_then(|&b| self.trie.next(state[lane], b));
+                    let Some(t) = next else {
+                        whole[lane] = p == bytes.len();
+                        live[lane] = false;
+                        active -= 1;
+                        continue;
+                    };
+                    state[lane] = t;
+                    at[lane] = p + 1;
+                    let id = self.trie.value(t);
+                    if id != NO_VALUE {
+                        prefetch(&self.scores[id as usize]);
+                        sc.first[lane * stride + count[lane]] = (p as u32 + 1, id);
+                        count[lane] += 1;
+                    }
+                }
+            }
+            for lane in 0..k {
+                let (w, bytes) = group[lane];
+                let piece = whole[lane].then(|| self.trie.value(state[lane])).filter(|&id| id != NO_VALUE);
+                let first = lane * stride..lane * stride + count[lane];
+                self.tokenize(bytes, piece, first, sc, |id, s, e| emit(w, id, s, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tokenizes one word. `piece` is the id of the whole word when it is
+    /// one piece; `sc.first[first]` holds the pieces of the walk from its
+    /// first byte.
+    fn tokenize(
+        &self,
+        bytes: &[u8],
+        piece: Option<u32>,
+        first: std::ops::Range<usize>,
         sc: &mut Scratch,
         mut emit: impl FnMut(u32, u32, u32),
     ) -> Result<()> {
-        let bytes = word.as_bytes();
         let n = bytes.len();
-        // The walk from the first byte: if the whole word is one piece known
-        // to be its own best segmentation, that is the answer; otherwise its
-        // pieces are the first walk of the Viterbi pass.
-        let stride = self.trie.max_key_len() + 1;
-        sc.found.resize(stride * LANES, (0, 0));
-        let mut state = Trie::ROOT;
-        let mut first_walk = 0;
-        let mut whole_word = true;
-        for (i, &b) in bytes.iter().enumerate() {
-            let Some(t) = self.trie.next(state, b) else {
-                whole_word = false;
-                break;
-            };
-            state = t;
-            if self.trie.is_key(t) {
-                sc.found[first_walk] = (i as u32 + 1, t);
-                first_walk += 1;
-            }
-        }
-        let piece = (whole_word && self.trie.is_key(state)).then(|| self.trie.value(state));
         let known = piece.map(|id| self.whole[id as usize].load(Ordering::Relaxed));
         if let (Some(id), Some(WHOLE)) = (piece, known) {
             emit(id, 0, n as u32);
             return Ok(());
         }
+        let first_walk = first.len();
+        sc.found[..first_walk].copy_from_slice(&sc.first[first]);
         sc.best.clear();
         sc.best.resize(
             n + 1,
             Best {
                 score: 0.0,
                 start: UNREACHED,
-                state: 0,
+                id: 0,
             },
         );
         self.forward(bytes, first_walk, sc)?;
@@ -187,7 +236,7 @@ impl Unigram {
         while end > 0 {
             let node = best[end];
             let start = node.start as usize;
-            let id = self.id_of(node.state);
+            let id = node.id;
             if Some(id) == self.unk_id {
                 unk_end.get_or_insert(end);
             } else {
@@ -209,7 +258,7 @@ impl Unigram {
             if id != UNK_RUN {
                 emit(id, s, e);
             } else {
-                self.emit_unknown(&word[s as usize..e as usize], s, e, &mut emit)?;
+                self.emit_unknown(&bytes[s as usize..e as usize], s, e, &mut emit)?;
             }
         }
         Ok(())
@@ -223,8 +272,8 @@ impl Unigram {
     /// scored in start order, exactly as a one-walk-at-a-time Viterbi would
     /// (walks do not depend on scores).
     ///
-    /// The walk from position 0 is already done: `first_walk` pieces of it
-    /// are in lane 0 of `sc.found`.
+    /// The walk from position 0 is already done: its `first_walk` pieces
+    /// are at the start of `sc.found` (lane 0).
     fn forward(&self, bytes: &[u8], first_walk: usize, sc: &mut Scratch) -> Result<()> {
         let n = bytes.len();
         let stride = self.trie.max_key_len() + 1;
@@ -269,8 +318,10 @@ impl Unigram {
                     };
                     state[lane] = t;
                     at[lane] = p + 1;
-                    if self.trie.is_key(t) {
-                        found[lane * stride + count[lane]] = (p as u32 + 1, t);
+                    let id = self.trie.value(t);
+                    if id != NO_VALUE {
+                        prefetch(&self.scores[id as usize]);
+                        found[lane * stride + count[lane]] = (p as u32 + 1, id);
                         count[lane] += 1;
                     }
                 }
@@ -280,15 +331,15 @@ impl Unigram {
                 let char_len = utf8_len(bytes[start]);
                 let till_here = best[start].score;
                 let mut has_single = false;
-                for &(end, t) in &found[lane * stride..lane * stride + count[lane]] {
-                    let candidate = self.trie.score(t) + till_here;
+                for &(end, id) in &found[lane * stride..lane * stride + count[lane]] {
+                    let candidate = self.scores[id as usize] + till_here;
                     let node = &mut best[end as usize];
                     // Strictly better only: on ties the earliest start wins.
                     if node.start == UNREACHED || candidate > node.score {
                         *node = Best {
                             score: candidate,
                             start: start as u32,
-                            state: t,
+                            id,
                         };
                     }
                     has_single |= end as usize - start == char_len;
@@ -301,7 +352,7 @@ impl Unigram {
                         *node = Best {
                             score: candidate,
                             start: start as u32,
-                            state: UNK_STATE,
+                            id: self.unk_id.unwrap_or(NO_VALUE),
                         };
                     }
                 }
@@ -312,15 +363,15 @@ impl Unigram {
 
     /// A fused unknown run: its own id if the vocabulary has it, else bytes
     /// (with byte fallback, when every byte piece exists), else unk.
-    fn emit_unknown(&self, text: &str, s: u32, e: u32, emit: &mut impl FnMut(u32, u32, u32)) -> Result<()> {
-        if let Some(id) = self.trie.get(text.as_bytes()) {
+    fn emit_unknown(&self, text: &[u8], s: u32, e: u32, emit: &mut impl FnMut(u32, u32, u32)) -> Result<()> {
+        if let Some(id) = self.trie.get(text) {
             emit(id, s, e);
             return Ok(());
         }
         if self.byte_fallback {
             if let Some(ids) = &self.byte_ids {
-                if text.bytes().all(|b| ids[b as usize] != NO_VALUE) {
-                    for b in text.bytes() {
+                if text.iter().all(|&b| ids[b as usize] != NO_VALUE) {
+                    for &b in text {
                         emit(ids[b as usize], s, e);
                     }
                     return Ok(());
@@ -345,4 +396,17 @@ fn utf8_len(lead: u8) -> usize {
         0xE0..=0xEF => 3,
         _ => 4,
     }
+}
+
+/// Asks for the cache line holding `x` without waiting for it: the walks
+/// find pieces long before their scores are needed.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint; it never faults or changes memory.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }

@@ -32,7 +32,7 @@ impl WordPiece {
         if let Some((p, id)) = vocab.iter().find(|v| v.1 > MAX_VALUE) {
             return Err(Error::Invalid(format!("WordPiece: id {id} of {p:?} is too large")));
         }
-        let trie = Trie::build(vocab.iter().map(|&(p, id)| (p.as_bytes(), id, 0.0)));
+        let trie = Trie::build(vocab.iter().map(|&(p, id)| (p.as_bytes(), id)));
         let continuation = trie.walk(Trie::ROOT, continuing_subword_prefix.as_bytes());
         let unk_id = trie.get(unk_token.as_bytes());
         Ok(Self {
