@@ -217,10 +217,13 @@ impl Native {
     }
 
     fn encode_part(&self, sc: &mut Scratch, seq: &mut Seq, range: std::ops::Range<usize>) -> Result<()> {
-        sc.words.set(&sc.work.cur, range);
-        if let Some(p) = &self.pre_tokenizer {
-            p.run(&mut sc.words, &mut sc.spare);
-        }
+        PreTokenizer::run(
+            self.pre_tokenizer.as_ref(),
+            &sc.work.cur,
+            range,
+            &mut sc.words,
+            &mut sc.spare,
+        );
         let words = &sc.words;
         let convert = |w: usize, s: u32, e: u32| {
             let word = &words.words[w];

@@ -28,19 +28,13 @@ impl NormBuf {
         self.text.clear();
         self.text.push_str(s);
         self.align.clear();
-        let bytes = s.as_bytes();
-        let mut i = 0;
-        while i < bytes.len() {
-            let len = match bytes[i] {
-                0x00..=0x7F => 1,
-                0xC0..=0xDF => 2,
-                0xE0..=0xEF => 3,
-                _ => 4,
-            };
+        self.align.reserve(s.len());
+        for (i, c) in s.char_indices() {
             let start = base + i as u32;
-            let a = (start, start + len as u32);
-            self.align.extend_from_slice(&[a, a, a, a][..len]);
-            i += len;
+            let a = (start, start + c.len_utf8() as u32);
+            for _ in 0..c.len_utf8() {
+                self.align.push(a);
+            }
         }
         self.orig = (base, base + s.len() as u32);
     }

@@ -41,6 +41,14 @@ pub(crate) struct Word {
     pub shift: u32,
 }
 
+/// Words to read: text, per-byte original ranges, and the word spans.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub text: &'a str,
+    pub align: &'a [Align],
+    pub words: &'a [Word],
+}
+
 /// A list of words with their text and per-byte original ranges.
 #[derive(Debug, Default)]
 pub(crate) struct Words {
@@ -56,19 +64,12 @@ impl Words {
         self.words.clear();
     }
 
-    /// Starts with `src[range]` as the only word.
-    pub(crate) fn set(&mut self, src: &NormBuf, range: std::ops::Range<usize>) {
-        self.clear();
-        if range.is_empty() {
-            return;
+    fn view(&self) -> View<'_> {
+        View {
+            text: &self.text,
+            align: &self.align,
+            words: &self.words,
         }
-        self.text.push_str(&src.text[range.clone()]);
-        self.align.extend_from_slice(&src.align[range.clone()]);
-        self.words.push(Word {
-            start: 0,
-            end: self.text.len() as u32,
-            shift: src.align[range.start].0,
-        });
     }
 
     /// The text of word `w`.
@@ -95,72 +96,113 @@ impl Words {
 }
 
 impl PreTokenizer {
-    /// Fuses stages that have a one-pass equivalent.
+    /// Flattens nested sequences and fuses stages that have a one-pass
+    /// equivalent.
     pub(crate) fn optimized(self) -> Self {
-        match self {
-            Self::Sequence(all) => match all.as_slice() {
-                [Self::WhitespaceSplit, Self::Metaspace {
-                    replacement,
-                    prepend,
-                    split,
-                }] => Self::WhitespaceMetaspace {
-                    replacement: *replacement,
-                    prepend: *prepend,
-                    split: *split,
-                },
-                _ => Self::Sequence(all.into_iter().map(Self::optimized).collect()),
+        let mut stages = Vec::new();
+        self.flatten_into(&mut stages);
+        match stages.as_slice() {
+            [Self::WhitespaceSplit, Self::Metaspace {
+                replacement,
+                prepend,
+                split,
+            }] => Self::WhitespaceMetaspace {
+                replacement: *replacement,
+                prepend: *prepend,
+                split: *split,
             },
-            other => other,
+            [_] => stages.pop().expect("one stage"),
+            _ => Self::Sequence(stages),
         }
     }
 
-    /// Runs this pre-tokenizer on `words`, using `spare` as the other buffer;
-    /// the result ends up in `words`.
-    pub(crate) fn run(&self, words: &mut Words, spare: &mut Words) {
+    fn flatten_into(self, out: &mut Vec<Self>) {
         match self {
+            Self::Sequence(all) => all.into_iter().for_each(|p| p.flatten_into(out)),
+            other => out.push(other),
+        }
+    }
+
+    /// Pre-tokenizes `src[range]` into `out`, using `spare` as the other
+    /// buffer between stages. Without a pre-tokenizer (`None`), the range
+    /// is one word.
+    pub(crate) fn run(this: Option<&Self>, src: &NormBuf, range: std::ops::Range<usize>, out: &mut Words, spare: &mut Words) {
+        out.clear();
+        if range.is_empty() {
+            return;
+        }
+        let first = [Word {
+            start: range.start as u32,
+            end: range.end as u32,
+            shift: src.align[range.start].0,
+        }];
+        let input = View {
+            text: &src.text,
+            align: &src.align,
+            words: &first,
+        };
+        let stages = match this {
+            None => {
+                out.push_slice(input.text, input.align, range);
+                return;
+            }
+            Some(Self::Sequence(all)) => all.as_slice(),
+            Some(one) => std::slice::from_ref(one),
+        };
+        let Some((head, rest)) = stages.split_first() else {
+            out.push_slice(input.text, input.align, range);
+            return;
+        };
+        head.stage(input, out);
+        for stage in rest {
+            std::mem::swap(out, spare);
+            stage.stage(spare.view(), out);
+        }
+    }
+
+    /// Runs one (non-sequence) stage from `src` into `dst`.
+    fn stage(&self, src: View, dst: &mut Words) {
+        dst.clear();
+        match self {
+            // Sequences are flattened at load; an unflattened one still works.
             Self::Sequence(all) => {
+                let mut a = Words::default();
+                let mut b = Words::default();
+                a.text.push_str(src.text);
+                a.align.extend_from_slice(src.align);
+                a.words.extend_from_slice(src.words);
                 for p in all {
-                    p.run(words, spare);
+                    p.stage(a.view(), &mut b);
+                    std::mem::swap(&mut a, &mut b);
                 }
+                *dst = a;
             }
-            Self::WhitespaceSplit => {
-                split_into(words, spare, |c| {
-                    if chars::is_whitespace(c) {
-                        Cut::Remove
-                    } else {
-                        Cut::Keep
-                    }
-                });
-                std::mem::swap(words, spare);
-            }
-            Self::Bert => {
-                split_into(words, spare, |c| {
-                    if chars::is_whitespace(c) {
-                        Cut::Remove
-                    } else if chars::is_bert_punct(c) {
-                        Cut::Isolate
-                    } else {
-                        Cut::Keep
-                    }
-                });
-                std::mem::swap(words, spare);
-            }
+            Self::WhitespaceSplit => split_into(src, dst, |c| {
+                if chars::is_whitespace(c) {
+                    Cut::Remove
+                } else {
+                    Cut::Keep
+                }
+            }),
+            Self::Bert => split_into(src, dst, |c| {
+                if chars::is_whitespace(c) {
+                    Cut::Remove
+                } else if chars::is_bert_punct(c) {
+                    Cut::Isolate
+                } else {
+                    Cut::Keep
+                }
+            }),
             Self::Metaspace {
                 replacement,
                 prepend,
                 split,
-            } => {
-                metaspace_into(words, spare, *replacement, *prepend, *split);
-                std::mem::swap(words, spare);
-            }
+            } => metaspace_into(src, dst, *replacement, *prepend, *split),
             Self::WhitespaceMetaspace {
                 replacement,
                 prepend,
                 split,
-            } => {
-                whitespace_metaspace_into(words, spare, *replacement, *prepend, *split);
-                std::mem::swap(words, spare);
-            }
+            } => whitespace_metaspace_into(src, dst, *replacement, *prepend, *split),
         }
     }
 }
@@ -173,9 +215,8 @@ enum Cut {
 
 /// Splits every word of `src` into `dst`: `Remove` chars separate words and
 /// vanish, `Isolate` chars become words of their own.
-fn split_into(src: &Words, dst: &mut Words, cut: impl Fn(char) -> Cut) {
-    dst.clear();
-    for w in &src.words {
+fn split_into(src: View, dst: &mut Words, cut: impl Fn(char) -> Cut) {
+    for w in src.words {
         let (ws, we) = (w.start as usize, w.end as usize);
         let mut start = ws;
         let text = &src.text[ws..we];
@@ -220,7 +261,7 @@ fn split_into(src: &Words, dst: &mut Words, cut: impl Fn(char) -> Cut) {
 /// scheme says (taking the first char's alignment), and with `split` every
 /// `replacement` starts a new word (Hugging Face's `MergedWithNext`).
 fn metaspace_into(
-    src: &Words,
+    src: View,
     dst: &mut Words,
     replacement: char,
     prepend: PrependScheme,
@@ -229,7 +270,7 @@ fn metaspace_into(
     dst.clear();
     let mut rep_buf = [0u8; 4];
     let rep: &str = replacement.encode_utf8(&mut rep_buf);
-    for w in &src.words {
+    for w in src.words {
         let (ws, we) = (w.start as usize, w.end as usize);
         let text = &src.text[ws..we];
         // Hugging Face checks the first char after spaces were replaced.
@@ -280,7 +321,7 @@ fn metaspace_into(
 /// prefix as the scheme says, and with `split` each `replacement` in a word
 /// starts a new one. Runs of ordinary chars are copied in bulk.
 fn whitespace_metaspace_into(
-    src: &Words,
+    src: View,
     dst: &mut Words,
     replacement: char,
     prepend: PrependScheme,
@@ -289,7 +330,7 @@ fn whitespace_metaspace_into(
     dst.clear();
     let mut rep_buf = [0u8; 4];
     let rep: &str = replacement.encode_utf8(&mut rep_buf);
-    for w in &src.words {
+    for w in src.words {
         let (ws, we) = (w.start as usize, w.end as usize);
         let text = &src.text[ws..we];
         let bytes = text.as_bytes();

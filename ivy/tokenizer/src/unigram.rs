@@ -157,42 +157,46 @@ impl Unigram {
                 group[k] = (i, w.as_bytes());
                 k += 1;
             }
-            let mut state = [Trie::ROOT; LANES];
-            let mut at = [0usize; LANES];
-            let mut count = [0usize; LANES];
-            let mut live = [false; LANES];
-            let mut whole = [false; LANES];
-            live[..k].fill(true);
+            // Active walks: (lane, state, position), compacted as they end;
+            // `piece[lane]` is the id of the whole word when it is a piece.
+            let mut walks = [(0usize, Trie::ROOT, 0usize); LANES];
+            for (lane, walk) in walks[..k].iter_mut().enumerate() {
+                walk.0 = lane;
+            }
             let mut active = k;
+            let mut count = [0usize; LANES];
+            let mut piece = [None; LANES];
             while active > 0 {
-                for lane in 0..k {
-                    if !live[lane] {
-                        continue;
-                    }
+                let mut i = 0;
+                while i < active {
+                    let (lane, state, p) = walks[i];
                     let bytes = group[lane].1;
-                    let p = at[lane];
-                    let next = bytes.get(p).and_then(|&b| self.trie.next(state[lane], b));
+                    let next = match bytes.get(p) {
+                        Some(&b) => self.trie.next(state, b),
+                        None => None,
+                    };
                     let Some(t) = next else {
-                        whole[lane] = p == bytes.len();
-                        live[lane] = false;
+                        if p == bytes.len() {
+                            piece[lane] = Some(self.trie.value(state)).filter(|&id| id != NO_VALUE);
+                        }
                         active -= 1;
+                        walks[i] = walks[active];
                         continue;
                     };
-                    state[lane] = t;
-                    at[lane] = p + 1;
+                    walks[i] = (lane, t, p + 1);
                     let id = self.trie.value(t);
                     if id != NO_VALUE {
                         prefetch(&self.scores[id as usize]);
                         sc.first[lane * stride + count[lane]] = (p as u32 + 1, id);
                         count[lane] += 1;
                     }
+                    i += 1;
                 }
             }
             for lane in 0..k {
                 let (w, bytes) = group[lane];
-                let piece = whole[lane].then(|| self.trie.value(state[lane])).filter(|&id| id != NO_VALUE);
                 let first = lane * stride..lane * stride + count[lane];
-                self.tokenize(bytes, piece, first, sc, |id, s, e| emit(w, id, s, e))?;
+                self.tokenize(bytes, piece[lane], first, sc, |id, s, e| emit(w, id, s, e))?;
             }
         }
         Ok(())
@@ -221,11 +225,12 @@ impl Unigram {
         sc.best.resize(
             n + 1,
             Best {
-                score: 0.0,
+                score: f64::NEG_INFINITY,
                 start: UNREACHED,
                 id: 0,
             },
         );
+        sc.best[0].score = 0.0;
         self.forward(bytes, first_walk, sc)?;
         let best = &sc.best[..];
 
@@ -289,41 +294,39 @@ impl Unigram {
                 pos += utf8_len(bytes[pos]);
                 k += 1;
             }
-            let mut state = [Trie::ROOT; LANES];
-            let mut at = starts;
+            // Active walks: (lane, state, position), compacted as they end.
+            let mut walks = [(0usize, Trie::ROOT, 0usize); LANES];
+            let mut active = 0;
             let mut count = [0usize; LANES];
-            let mut live = [false; LANES];
-            live[..k].fill(true);
-            let mut active = k;
-            if starts[0] == 0 {
-                count[0] = first_walk;
-                live[0] = false;
-                active -= 1;
+            for (lane, &start) in starts[..k].iter().enumerate() {
+                if start == 0 {
+                    count[0] = first_walk;
+                } else {
+                    walks[active] = (lane, Trie::ROOT, start);
+                    active += 1;
+                }
             }
             while active > 0 {
-                for lane in 0..k {
-                    if !live[lane] {
-                        continue;
-                    }
-                    let p = at[lane];
-                    let next = if p < n {
-                        self.trie.next(state[lane], bytes[p])
-                    } else {
-                        None
+                let mut i = 0;
+                while i < active {
+                    let (lane, state, p) = walks[i];
+                    let next = match bytes.get(p) {
+                        Some(&b) => self.trie.next(state, b),
+                        None => None,
                     };
                     let Some(t) = next else {
-                        live[lane] = false;
                         active -= 1;
+                        walks[i] = walks[active];
                         continue;
                     };
-                    state[lane] = t;
-                    at[lane] = p + 1;
+                    walks[i] = (lane, t, p + 1);
                     let id = self.trie.value(t);
                     if id != NO_VALUE {
                         prefetch(&self.scores[id as usize]);
                         found[lane * stride + count[lane]] = (p as u32 + 1, id);
                         count[lane] += 1;
                     }
+                    i += 1;
                 }
             }
             for lane in 0..k {
@@ -334,8 +337,9 @@ impl Unigram {
                 for &(end, id) in &found[lane * stride..lane * stride + count[lane]] {
                     let candidate = self.scores[id as usize] + till_here;
                     let node = &mut best[end as usize];
-                    // Strictly better only: on ties the earliest start wins.
-                    if node.start == UNREACHED || candidate > node.score {
+                    // Strictly better only: on ties the earliest start wins
+                    // (unreached positions score -inf, below any path).
+                    if candidate > node.score {
                         *node = Best {
                             score: candidate,
                             start: start as u32,
@@ -348,7 +352,7 @@ impl Unigram {
                     self.unk_id.ok_or_else(missing_unk)?;
                     let candidate = self.unk_score + till_here;
                     let node = &mut best[(start + char_len).min(n)];
-                    if node.start == UNREACHED || candidate > node.score {
+                    if candidate > node.score {
                         *node = Best {
                             score: candidate,
                             start: start as u32,
