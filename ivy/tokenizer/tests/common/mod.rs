@@ -1,6 +1,9 @@
-//! Shared by the identity tests: the fixtures and the Hugging Face oracle.
+//! Shared by the identity tests: the fixtures, the Hugging Face oracle and
+//! the text generator.
 
 #![allow(dead_code)]
+
+pub mod gen;
 
 use std::path::PathBuf;
 
