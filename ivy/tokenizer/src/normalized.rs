@@ -188,6 +188,7 @@ pub(crate) struct Work {
     pub tmp: NormBuf,
     pub changes: Vec<(char, isize)>,
     pub matches: Vec<Range<usize>>,
+    pub unicode: crate::normalizers::unicode::Buffers,
 }
 
 impl Work {

@@ -1,8 +1,7 @@
 //! BERT's normalizer: clean text, space out CJK ideographs, strip accents,
 //! lowercase — in Hugging Face's order, one alignment-tracking pass each.
 
-use unicode_normalization_alignments::UnicodeNormalization;
-
+use super::unicode;
 use crate::chars;
 use crate::normalized::Work;
 
@@ -71,7 +70,8 @@ impl Bert {
             w.apply_changes(0);
         }
         if self.strip_accents {
-            w.cur.transform_all_into(w.cur.text.nfd(), 0, &mut w.tmp);
+            let Work { cur, tmp, unicode: buffers, .. } = w;
+            cur.transform_all_into(unicode::decompose(&cur.text, false, buffers), 0, tmp);
             std::mem::swap(&mut w.cur, &mut w.tmp);
             w.filter(|c| !chars::is_mark_nonspacing(c));
         }

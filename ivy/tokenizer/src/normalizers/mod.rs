@@ -3,8 +3,7 @@
 
 mod bert;
 mod precompiled;
-
-use unicode_normalization_alignments::UnicodeNormalization;
+pub(crate) mod unicode;
 
 pub(crate) use bert::Bert;
 pub(crate) use precompiled::Precompiled;
@@ -90,13 +89,13 @@ fn unicode(form: UnicodeForm, w: &mut Work) {
     if w.cur.text.is_ascii() {
         return;
     }
-    let (cur, tmp) = (&w.cur, &mut w.tmp);
+    let Work { cur, tmp, unicode: buffers, .. } = w;
     let text = cur.text.as_str();
     match form {
-        UnicodeForm::Nfc => cur.transform_all_into(text.nfc(), 0, tmp),
-        UnicodeForm::Nfd => cur.transform_all_into(text.nfd(), 0, tmp),
-        UnicodeForm::Nfkc => cur.transform_all_into(text.nfkc(), 0, tmp),
-        UnicodeForm::Nfkd => cur.transform_all_into(text.nfkd(), 0, tmp),
+        UnicodeForm::Nfc => cur.transform_all_into(unicode::recompose(text, false, buffers), 0, tmp),
+        UnicodeForm::Nfd => cur.transform_all_into(unicode::decompose(text, false, buffers), 0, tmp),
+        UnicodeForm::Nfkc => cur.transform_all_into(unicode::recompose(text, true, buffers), 0, tmp),
+        UnicodeForm::Nfkd => cur.transform_all_into(unicode::decompose(text, true, buffers), 0, tmp),
     }
     std::mem::swap(&mut w.cur, &mut w.tmp);
 }
