@@ -65,6 +65,8 @@ class AttentionBackend:
     name: str = "base"
     # May run inside a CUDA graph capture: reads no host values at launch.
     capture_safe: bool = False
+    # Largest step (in tokens) the backend should be given, if bounded.
+    max_tokens: int | None = None
 
     def supports(self, shape: AttnShape, device: torch.device, dtype: torch.dtype) -> bool:
         return True

@@ -48,7 +48,7 @@ class SelectingBackend(AttentionBackend):
 
     def __init__(self, backends: list[AttentionBackend], table: SelectionTable, shape: AttnShape,
                  dtype: torch.dtype):
-        self.backends = {b.name: b for b in backends}
+        self.backends = {b.name: b for b in backends}  # in DEFAULT_ORDER
         self.default = backends[0]
         self.table = table
         self.shape = shape
@@ -61,10 +61,11 @@ class SelectingBackend(AttentionBackend):
 
     @functools.lru_cache(maxsize=4096)
     def choose(self, tokens: int, sequences: int) -> AttentionBackend:
+        fits = {n: b for n, b in self.backends.items() if b.max_tokens is None or tokens <= b.max_tokens}
         for name in self.table.rank(self.shape, self.dtype, tokens, sequences):
-            if name in self.backends:
-                return self.backends[name]
-        return self.default
+            if name in fits:
+                return fits[name]
+        return next(iter(fits.values()), self.default)
 
     def plan(self, cu_seqlens, lengths, max_seqlen, causal) -> AttnPlan:
         return self.choose(sum(lengths), len(lengths)).plan(cu_seqlens, lengths, max_seqlen, causal)

@@ -54,6 +54,9 @@ def block_mask(cu_seqlens: torch.Tensor, num_tokens: int, causal: bool) -> torch
 class MaskedSdpaBackend(AttentionBackend):
     name = "sdpa_masked"
     capture_safe = True
+    # The [T, T] mask and scores grow quadratically; past this the
+    # per-sequence and fused kernels are always the better choice.
+    max_tokens = 4096
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         if plan.extra is None:  # built once per step, shared by all layers
