@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import sys
 import time
@@ -57,8 +58,10 @@ def lengths_for(sequences: int, mean: int, seed: int) -> list[int]:
     return [max(1, int(mean * (0.5 + torch.rand(1, generator=g).item()))) for _ in range(sequences)]
 
 
-def time_backend(backend, q, k, v, cu, lengths, causal, iters: int, device) -> float:
-    """Median microseconds of one attend (plan included: it runs per step)."""
+def time_backend(backend, q, k, v, cu, lengths, causal, iters: int, device) -> tuple[float, float]:
+    """(min, median) microseconds of one attend, plan included (it runs per
+    step). Rankings use the minimum: on a shared machine other processes
+    only ever add time."""
     scale = q.shape[-1] ** -0.5
     times = []
     for i in range(iters + 1):
@@ -71,7 +74,7 @@ def time_backend(backend, q, k, v, cu, lengths, causal, iters: int, device) -> f
             torch.cuda.synchronize()
         if i:  # the first call warms up (kernel selection, JIT)
             times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+    return min(times), statistics.median(times)
 
 
 def sweep(device: torch.device, dtype: torch.dtype, shapes, grid, iters: int) -> list[dict]:
@@ -90,27 +93,36 @@ def sweep(device: torch.device, dtype: torch.dtype, shapes, grid, iters: int) ->
             q = torch.randn(t, heads, dim, generator=g).to(device, dtype)
             k = torch.randn(t, kv, dim, generator=g).to(device, dtype)
             v = torch.randn(t, kv, dim, generator=g).to(device, dtype)
-            us = {}
+            us, median = {}, {}
             for b in usable:
                 if b.max_tokens is not None and t > b.max_tokens:
                     continue
                 try:
-                    us[b.name] = round(time_backend(b, q, k, v, cu, lengths, causal, iters, device), 1)
+                    best, mid = time_backend(b, q, k, v, cu, lengths, causal, iters, device)
+                    us[b.name], median[b.name] = round(best, 1), round(mid, 1)
                 except Exception as e:  # a kernel that rejects this cell is just not ranked there
                     print(f"  {b.name} failed on {name} {seqs}x{mean}: {e}", file=sys.stderr)
             ranking = sorted(us, key=us.get)
             cells.append({"model": name, "heads": heads, "kv_heads": kv, "head_dim": dim, "causal": causal,
                           "dtype": str(dtype).removeprefix("torch."), "tokens": t, "sequences": seqs,
-                          "ranking": ranking, "us": us})
+                          "ranking": ranking, "us": us, "median_us": median})
             print(f"{name:11s} seqs={seqs:3d} tokens={t:6d} " + "  ".join(f"{n}={us[n]:.0f}us" for n in ranking))
     return cells
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def markdown(meta: dict, cells: list[dict]) -> str:
     names = sorted({n for c in cells for n in c["us"]})
     lines = [f"# Attention backend sweep ({meta['device_kind']}, {meta['dtype']})", "",
              f"Command: `{meta['command']}`  ", f"Date: {meta['date']}; torch {meta['torch']}; "
-             f"threads {meta['threads']}; median of {meta['iters']} runs, plan included.", "",
+             f"threads {meta['threads']}; load average {meta['load']}; minimum of {meta['iters']} runs "
+             "(rankings use it), plan included.", "",
              "| model | seqs | tokens | " + " | ".join(f"{n} (µs)" for n in names) + " | fastest | vs sdpa |",
              "|---|---:|---:|" + "---:|" * len(names) + "---|---:|"]
     for c in cells:
@@ -143,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kind = device_kind(device)
     meta = {"device_kind": kind, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "iters": iters,
+            "threads": torch.get_num_threads(), "iters": iters, "load": _load(),
             "date": datetime.date.today().isoformat(), "command": "python " + " ".join(sys.argv)}
     cells = sweep(device, dtype, shapes, grid, iters)
 

@@ -98,3 +98,9 @@ def expand_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
 def first_output(result) -> torch.Tensor:
     """Kernels differ in returning ``out`` or ``(out, lse, ...)``."""
     return result[0] if isinstance(result, (tuple, list)) else result
+
+
+def dense_rows(*ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Views cut from a fused QKV projection have a token stride wider than
+    heads x dim; not every kernel accepts that, so copy those."""
+    return tuple(t if t.is_contiguous() else t.contiguous() for t in ts)

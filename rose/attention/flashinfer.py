@@ -12,7 +12,7 @@ import logging
 
 import torch
 
-from .base import AttentionBackend, AttnPlan, AttnShape
+from .base import AttentionBackend, AttnPlan, AttnShape, dense_rows
 
 log = logging.getLogger("rose.attention")
 
@@ -57,7 +57,7 @@ class FlashInferBackend(AttentionBackend):
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         if abs(scale - q.shape[-1] ** -0.5) > 1e-9:
             raise ValueError("flashinfer plans use the default 1/sqrt(head_dim) scale")
-        return plan.extra.run(q, k, v)
+        return plan.extra.run(*dense_rows(q, k, v))
 
 
 def flashinfer_backends() -> list[AttentionBackend]:

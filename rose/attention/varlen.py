@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from .base import AttentionBackend, AttnPlan, AttnShape, expand_kv, first_output
+from .base import AttentionBackend, AttnPlan, AttnShape, dense_rows, expand_kv, first_output
 
 log = logging.getLogger("rose.attention")
 
@@ -55,6 +55,7 @@ class TorchVarlenBackend(AttentionBackend):
                 and shape.head_dim <= 128 and _capability(device)[0] >= 8)
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
+        q, k, v = dense_rows(q, k, v)
         kw = {}
         if self._native_gqa:
             kw["enable_gqa"] = q.shape[1] != k.shape[1]
@@ -90,6 +91,7 @@ class FlashAttnBackend(AttentionBackend):
         return self._min_major <= _capability(device)[0] <= self._max_major
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
+        q, k, v = dense_rows(q, k, v)
         cu = plan.cu_seqlens
         return first_output(self._fn(
             q, k, v, cu, cu, plan.max_seqlen, plan.max_seqlen, softmax_scale=scale, causal=plan.causal,
@@ -110,6 +112,7 @@ class Fa4Backend(AttentionBackend):
                 and _capability(device)[0] >= 9)
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
+        q, k, v = dense_rows(q, k, v)
         cu = plan.cu_seqlens
         return first_output(self._fn(
             q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=plan.max_seqlen,

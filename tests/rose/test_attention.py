@@ -168,3 +168,12 @@ def test_sweep_dry_run_writes_a_loadable_table(tmp_path):
     table = SelectionTable.load("cpu", root=tmp_path)
     assert table.rank(AttnShape(12, 12, 32, False), torch.float32, 10, 1)
     assert "| model |" in (tmp_path / "attention_sweep.md").read_text()
+
+
+def test_gpu_engine_check_dry_run(tmp_path):
+    """The GPU check script keeps working between GPU runs."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_engine_check.py"), "--dry-run", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "gpu_engine_check.json").read_text())["rows"]
+    assert {r["kind"] for r in rows} == {"dense", "sparse", "multi_vector"} and all(r["passed"] for r in rows)
