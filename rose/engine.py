@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .attention import select_backend
+from .attention import AttentionBackend, select_backend
 from .config import ModelSpec
 from .errors import InvalidBatchError
 from .interface import Batch, OutputKind
@@ -63,7 +63,7 @@ class Engine:
     """Runs one model. Not thread-safe: one host thread calls ``step``."""
 
     def __init__(self, spec: ModelSpec, model: EmbeddingModel, device: torch.device, dtype: torch.dtype,
-                 graphs: bool = True, graph_settings: GraphSettings | None = None, static_on_cpu: bool = False):
+                 backend: AttentionBackend, graphs: bool = True, graph_settings: GraphSettings | None = None, static_on_cpu: bool = False):
         self.spec = spec
         self.model = model
         self.device = device
@@ -81,7 +81,7 @@ class Engine:
             dtype=str(dtype).removeprefix("torch."),
             device=str(device),
         )
-        self.runner = Runner(model, device, model_backend(model), model.dimension, spec.normalize,
+        self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
                              graph_settings, graphs, static_on_cpu)
 
     @classmethod
@@ -106,7 +106,8 @@ class Engine:
         dt = resolve_dtype(dtype, dev)
         backend = select_backend(attn_shape(spec), dev, dt, attention)
         model = build_model(spec, backend)
-        weights = WeightReader(strip_prefix(read_safetensors(spec.path)), str(spec.path))
+        tensors = {} if spec.model_type == "null" else read_safetensors(spec.path)
+        weights = WeightReader(strip_prefix(tensors), str(spec.path))
         model.load(weights)
         leftover = weights.unused(ignore=("pooler.", "position_ids", "lm_head."))
         if leftover:
@@ -116,7 +117,7 @@ class Engine:
             "loaded %s (%s, %s, %s, attention=%s) in %.1fs",
             spec.model_id, spec.model_type, dev, dt, backend.name, time.perf_counter() - started,
         )
-        return cls(spec, model, dev, dt, graphs, graph_settings, static_on_cpu)
+        return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu)
 
     def step(self, batch: Batch) -> LazyTensor:
         """Runs one batch. Returns at once; the result is on the host when
@@ -161,11 +162,3 @@ class Engine:
         finally:
             lazy.release()
 
-
-def model_backend(model: EmbeddingModel):
-    """The attention backend the model's layers were built with."""
-    for m in model.modules():
-        backend = getattr(m, "backend", None)
-        if backend is not None:
-            return backend
-    raise ValueError("model has no attention layers")
