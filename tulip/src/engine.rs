@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::error::TulipError;
+use crate::metrics::Mode;
 
 /// The output kinds, as the engine names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,6 +92,10 @@ pub struct LazyOutput {
     pub cols: usize,
     /// `cudaEvent_t` to wait on; 0 when the data is already on the host.
     pub event: usize,
+    /// How the step ran (optional attributes of the engine's LazyTensor).
+    pub mode: Mode,
+    pub padded_tokens: usize,
+    pub capture_seconds: f64,
 }
 
 impl LazyOutput {
@@ -158,7 +163,14 @@ impl EngineHandle {
                 ),
             )?;
             let lazy = self.engine.bind(py).call_method1("step", (pybatch,))?;
+            let optional = |name: &str| lazy.getattr(name).ok();
+            let mode = optional("mode")
+                .and_then(|m| m.extract::<String>().ok())
+                .map_or(Mode::Eager, |m| Mode::from_name(&m));
             Ok(LazyOutput {
+                mode,
+                padded_tokens: optional("padded_tokens").and_then(|v| v.extract().ok()).unwrap_or(0),
+                capture_seconds: optional("capture_seconds").and_then(|v| v.extract().ok()).unwrap_or(0.0),
                 ptr: lazy.call_method0("host_ptr")?.extract()?,
                 rows: lazy.getattr("rows")?.extract()?,
                 cols: lazy.getattr("cols")?.extract()?,

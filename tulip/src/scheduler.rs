@@ -10,12 +10,13 @@ use std::time::Instant;
 use pyo3::Python;
 
 use crate::engine::{EngineHandle, HostBatch, LazyOutput};
+use crate::metrics::{Metrics, Mode, ModeLabel};
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
-pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>) {
+pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>, metrics: Arc<Metrics>) {
     loop {
         match pool.next_work() {
-            Work::Batch(seqs, releases) => launch(&pool, &engine, &done, seqs, releases),
+            Work::Batch(seqs, releases) => launch(&pool, &engine, &done, &metrics, seqs, releases),
             Work::Release(releases) => Python::attach(|py| release_all(py, releases)),
             Work::Stop(releases) => {
                 // Python references are dropped deterministically, with the GIL.
@@ -33,6 +34,7 @@ fn launch(
     pool: &Pool,
     engine: &EngineHandle,
     done: &Sender<InFlight>,
+    metrics: &Metrics,
     seqs: Vec<SeqRef>,
     releases: Vec<LazyOutput>,
 ) {
@@ -47,8 +49,11 @@ fn launch(
         release_all(py, releases);
         engine.step(py, &batch)
     });
+    metrics.inflight_steps.set(pool.inflight() as i64);
+    metrics.queued_sequences.set(pool.queued_sequences() as i64);
     match result {
         Ok(output) => {
+            record_step(metrics, &seqs, &output);
             let step = InFlight {
                 seqs,
                 output,
@@ -67,6 +72,19 @@ fn launch(
             }
             pool.finish_step(None);
         }
+    }
+}
+
+fn record_step(metrics: &Metrics, seqs: &[SeqRef], output: &LazyOutput) {
+    let tokens: usize = seqs.iter().map(SeqRef::len).sum();
+    metrics.batch_tokens.observe(tokens as f64);
+    metrics.batch_sequences.observe(seqs.len() as f64);
+    metrics.tokens.inc_by(tokens as u64);
+    metrics.padded_tokens.inc_by(output.padded_tokens.saturating_sub(tokens) as u64);
+    metrics.steps.get_or_create(&ModeLabel { mode: output.mode }).inc();
+    if output.mode == Mode::Capture {
+        metrics.graphs_captured.inc();
+        metrics.capture_seconds.observe(output.capture_seconds);
     }
 }
 
