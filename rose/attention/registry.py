@@ -79,7 +79,8 @@ def select_backend(
     table: SelectionTable | None = None,
 ) -> AttentionBackend:
     """The named backend, or for "auto" every backend that supports the
-    shape, chosen per step by the device's selection table."""
+    shape (on CUDA: every capture-safe one, when there is one), chosen per
+    step by the device's selection table."""
     device = torch.device(device)
     if name != "auto":
         backend = get_backend(name, device)
@@ -91,6 +92,10 @@ def select_backend(
     usable = [backends[n] for n in DEFAULT_ORDER if n in backends and backends[n].supports(shape, device, dtype)]
     if not usable:
         raise ValueError(f"no attention backend supports {shape} in {dtype} on {device}")
+    if device.type == "cuda" and any(b.capture_safe for b in usable):
+        # CUDA graphs remove far more host time than the few percent that
+        # separate kernels, so "auto" keeps to kernels a graph can hold.
+        usable = [b for b in usable if b.capture_safe]
     if table is None:
         table = SelectionTable.load(device_kind(device))
     chosen = usable[0] if len(usable) == 1 else SelectingBackend(usable, table, shape, dtype)
