@@ -154,13 +154,16 @@ def main(argv: list[str] | None = None) -> int:
             if cos < 0.999:
                 raise SystemExit(f"{model_name} {w}: ROSE and transformers disagree (min cosine {cos:.5f})")
             rose_ms, hf_ms = time_pair(lambda: engine.embed(seqs), lambda: padded(seqs), args.reps)
+            backend = engine.runner.backend
+            if hasattr(backend, "choose"):  # "auto": the backend the table picks for this batch
+                backend = backend.choose(sum(lengths), len(lengths))
             tokens, padded_tokens = sum(lengths), len(lengths) * max(lengths)
             r = {"model": model_name, "workload": w, "sequences": len(lengths), "tokens": tokens,
                  "padded_tokens": padded_tokens, "padding_fraction": round(1 - tokens / padded_tokens, 3),
                  "rose_median_ms": round(statistics.median(rose_ms), 2),
                  "hf_median_ms": round(statistics.median(hf_ms), 2),
                  "speedup": round(statistics.median(hf_ms) / statistics.median(rose_ms), 2),
-                 "min_cosine": round(cos, 6), "rose_ms": [round(x, 2) for x in rose_ms],
+                 "attention": backend.name, "min_cosine": round(cos, 6), "rose_ms": [round(x, 2) for x in rose_ms],
                  "hf_ms": [round(x, 2) for x in hf_ms]}
             results.append(r)
             print(f"{model_name:28s} {w:30s} rose {r['rose_median_ms']:8.1f} ms  hf {r['hf_median_ms']:8.1f} ms"
@@ -179,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
              f"Date {meta['date']}; torch {meta['torch']}; {args.threads} threads on a {meta['cpus']}-core machine "
              f"shared with other jobs (load average {meta['load_average_before']} before, "
              f"{meta['load_average_after']} after); {args.reps} alternating runs each, medians.", "",
-             "| model | workload | tokens | padded tokens | ROSE ms | transformers ms | speed-up |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| model | workload | tokens | padded tokens | ROSE attention | ROSE ms | transformers ms | speed-up |",
+             "|---|---|---:|---:|---|---:|---:|---:|"]
     for r in results:
-        lines.append(f"| {r['model']} | {r['workload']} | {r['tokens']} | {r['padded_tokens']} | "
+        lines.append(f"| {r['model']} | {r['workload']} | {r['tokens']} | {r['padded_tokens']} | {r['attention']} | "
                      f"{r['rose_median_ms']} | {r['hf_median_ms']} | {r['speedup']:.2f}x |")
     (out / "ragged_vs_padded.md").write_text("\n".join(lines) + "\n")
     plot(results, out / "ragged_vs_padded.png")

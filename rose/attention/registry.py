@@ -8,20 +8,21 @@ import torch
 
 from .base import AttentionBackend, AttnPlan, AttnShape
 from .flashinfer import flashinfer_backends
-from .sdpa import MaskedSdpaBackend, SdpaBackend
+from .sdpa import MaskedSdpaBackend, PaddedSdpaBackend, SdpaBackend
 from .selection import SelectionTable, device_kind
 from .varlen import varlen_backends
 
 # Used when the selection table has nothing comparable: fused varlen
 # kernels first, then the always-available SDPA paths.
-DEFAULT_ORDER = ("fa4", "flash_attn3", "flash_attn", "flashinfer", "torch_varlen", "sdpa", "sdpa_masked")
+DEFAULT_ORDER = ("fa4", "flash_attn3", "flash_attn", "flashinfer", "torch_varlen", "sdpa_padded", "sdpa",
+                 "sdpa_masked")
 
 
 def available_backends(device: torch.device | str | None = None) -> dict[str, AttentionBackend]:
     """Every backend that imports on this machine, by name (fresh instances).
     GPU kernels are only looked up when CUDA is available, so a CPU run
     never imports them."""
-    found: list[AttentionBackend] = [SdpaBackend(), MaskedSdpaBackend()]
+    found: list[AttentionBackend] = [SdpaBackend(), PaddedSdpaBackend(), MaskedSdpaBackend()]
     dev = torch.device(device) if device is not None else None
     if torch.cuda.is_available() and (dev is None or dev.type == "cuda"):
         found += varlen_backends() + flashinfer_backends()

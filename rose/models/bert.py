@@ -101,10 +101,15 @@ class BertEncoder(nn.Module):
         return h
 
     def position_ids(self, x: StepInputs) -> torch.Tensor:
+        """Rows of the position table. Real tokens stay in range (the engine
+        checks lengths); a graph bucket's filler segment, whose rows are
+        discarded, is clamped into the table."""
         if self.padding_idx is None:
-            return x.positions
-        real = (x.token_ids != self.padding_idx).long()
-        return segment_cumsum(real, x.cu_seqlens, x.seg_ids) * real + self.padding_idx
+            pos = x.positions.long()
+        else:
+            real = (x.token_ids != self.padding_idx).long()
+            pos = segment_cumsum(real, x.cu_seqlens, x.seg_ids) * real + self.padding_idx
+        return pos.clamp_max(self.position.num_embeddings - 1)
 
     def load(self, w: WeightReader) -> None:
         with torch.no_grad():

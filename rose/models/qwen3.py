@@ -117,7 +117,11 @@ class Qwen3Embedder(EmbeddingModel):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         h = self.embed(x.token_ids)
-        cos, sin = self.rope[x.positions.long()].unsqueeze(2).unbind(1)
+        # Real positions stay under the served maximum (the engine checks);
+        # a graph bucket's filler segment may run past it, and its rows are
+        # discarded, so clamping keeps the lookup in range without a branch.
+        pos = x.positions.long().clamp_max(self.rope.shape[0] - 1)
+        cos, sin = self.rope[pos].unsqueeze(2).unbind(1)
         for layer in self.layers:
             h = layer(h, cos, sin, x.plan)
         return self.norm(h)
