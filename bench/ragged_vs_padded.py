@@ -1,10 +1,12 @@
 """ROSE's ragged forward vs the ``transformers`` padded forward on the CPU.
 
 Same weights, same thread count, same mixed-length batches of token ids:
-ROSE runs one flat token axis (no padding); transformers pads each batch to
-its longest sequence and masks. Both include pooling and normalisation;
+ROSE runs one flat token axis (linear layers never see padding; attention
+per sequence with ``sdpa``, or padded for attention only with
+``sdpa_padded``); transformers pads each batch to its longest sequence and
+masks. Both include pooling and normalisation;
 ROSE's outputs are checked against transformers' (cosine >= 0.999) before
-anything is timed. Runs alternate between the two so load from other
+anything is timed. Runs rotate between them so load from other
 processes hits both alike; the report gives medians and their ratio.
 
     python bench/ragged_vs_padded.py --threads 2 --reps 9
@@ -86,15 +88,18 @@ class Padded:
         return F.normalize(pooled, dim=-1) if self.normalize else pooled
 
 
-def time_pair(rose_fn, hf_fn, reps: int) -> tuple[list[float], list[float]]:
-    rose_ms, hf_ms = [], []
+def time_all(fns: dict, reps: int) -> dict[str, list[float]]:
+    """Milliseconds per call of each function, run in rotating order so
+    load from other processes falls on all of them alike."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     for i in range(reps + 1):
-        for fn, out in ((rose_fn, rose_ms), (hf_fn, hf_ms)) if i % 2 else ((hf_fn, hf_ms), (rose_fn, rose_ms)):
+        for name in names[i % len(names):] + names[: i % len(names)]:
             t0 = time.perf_counter()
-            fn()
-            if i:  # the first round warms both up
-                out.append((time.perf_counter() - t0) * 1e3)
-    return rose_ms, hf_ms
+            fns[name]()
+            if i:  # the first round warms everything up
+                out[name].append((time.perf_counter() - t0) * 1e3)
+    return out
 
 
 def models(workdir: Path) -> dict[str, str]:
@@ -113,20 +118,23 @@ def models(workdir: Path) -> dict[str, str]:
     return {"all-MiniLM-L6-v2 (real)": default_model_dir(), "xlm-roberta 4x384 (random)": str(xlmr)}
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], backends: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = [f"{r['model'].split(' ')[0]}\n{r['workload']}" for r in results]
-    ratios = [r["speedup"] for r in results]
-    ax.bar(range(len(ratios)), ratios, color=["tab:green" if x >= 1 else "tab:red" for x in ratios])
+    width = 0.8 / len(backends)
+    for i, a in enumerate(backends):
+        xs = [j + (i - (len(backends) - 1) / 2) * width for j in range(len(results))]
+        ax.bar(xs, [r["speedup"][a] for r in results], width, label=f"ROSE ragged, attention {a}")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=30, ha="right")
-    ax.set_ylabel("transformers padded / ROSE ragged (median time)")
-    ax.set_title("CPU forward, same weights and threads: speed-up of the ragged path")
+    ax.set_ylabel("transformers padded time / ROSE time (median)")
+    ax.set_title("CPU forward, same weights, same threads: speed-up of the ragged path")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -135,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--attention", type=lambda v: v.split(","), default=["sdpa", "sdpa_padded"],
+                   help="ROSE attention backends to time, comma-separated")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "rose-bench-models")
     args = p.parse_args(argv)
@@ -143,31 +153,33 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     for model_name, model_dir in models(args.workdir).items():
-        engine = Engine.from_dir(model_dir, device="cpu", dtype="float32")
-        padded = Padded(model_dir, engine.info.pooling, engine.info.normalize_default)
-        cls_id = engine.spec.token_id("cls_token") or 0
-        sep_id = engine.spec.token_id("sep_token") or engine.spec.token_id("eos_token") or 2
+        engines = {a: Engine.from_dir(model_dir, device="cpu", dtype="float32", attention=a) for a in args.attention}
+        info, spec = next(iter(engines.values())).info, next(iter(engines.values())).spec
+        padded = Padded(model_dir, info.pooling, info.normalize_default)
+        cls_id = spec.token_id("cls_token") or 0
+        sep_id = spec.token_id("sep_token") or spec.token_id("eos_token") or 2
         for w, (kind, n, lo, hi) in WORKLOADS.items():
-            lengths = lengths_for(kind, n, lo, min(hi, engine.info.max_input_length), seed=n + lo + hi)
-            seqs = batch_ids(lengths, min(engine.info.vocab_size, 30000), 1, cls_id, sep_id)
-            cos = F.cosine_similarity(engine.embed(seqs), padded(seqs), dim=-1).min().item()
-            if cos < 0.999:
-                raise SystemExit(f"{model_name} {w}: ROSE and transformers disagree (min cosine {cos:.5f})")
-            rose_ms, hf_ms = time_pair(lambda: engine.embed(seqs), lambda: padded(seqs), args.reps)
-            backend = engine.runner.backend
-            if hasattr(backend, "choose"):  # "auto": the backend the table picks for this batch
-                backend = backend.choose(sum(lengths), len(lengths))
+            lengths = lengths_for(kind, n, lo, min(hi, info.max_input_length), seed=n + lo + hi)
+            seqs = batch_ids(lengths, min(info.vocab_size, 30000), 1, cls_id, sep_id)
+            want = padded(seqs)
+            for a, e in engines.items():
+                cos = F.cosine_similarity(e.embed(seqs), want, dim=-1).min().item()
+                if cos < 0.999:
+                    raise SystemExit(f"{model_name} {w} ({a}): ROSE and transformers disagree (min cosine {cos:.5f})")
+            fns = {"transformers": lambda: padded(seqs)}
+            fns.update({a: (lambda e=e: e.embed(seqs)) for a, e in engines.items()})
+            ms = time_all(fns, args.reps)
+            hf = statistics.median(ms["transformers"])
             tokens, padded_tokens = sum(lengths), len(lengths) * max(lengths)
             r = {"model": model_name, "workload": w, "sequences": len(lengths), "tokens": tokens,
                  "padded_tokens": padded_tokens, "padding_fraction": round(1 - tokens / padded_tokens, 3),
-                 "rose_median_ms": round(statistics.median(rose_ms), 2),
-                 "hf_median_ms": round(statistics.median(hf_ms), 2),
-                 "speedup": round(statistics.median(hf_ms) / statistics.median(rose_ms), 2),
-                 "attention": backend.name, "min_cosine": round(cos, 6), "rose_ms": [round(x, 2) for x in rose_ms],
-                 "hf_ms": [round(x, 2) for x in hf_ms]}
+                 "hf_median_ms": round(hf, 2),
+                 "rose_median_ms": {a: round(statistics.median(ms[a]), 2) for a in engines},
+                 "speedup": {a: round(hf / statistics.median(ms[a]), 2) for a in engines},
+                 "runs_ms": {k: [round(x, 2) for x in v] for k, v in ms.items()}}
             results.append(r)
-            print(f"{model_name:28s} {w:30s} rose {r['rose_median_ms']:8.1f} ms  hf {r['hf_median_ms']:8.1f} ms"
-                  f"  x{r['speedup']:.2f}  padding {r['padding_fraction']:.0%}")
+            print(f"{model_name:28s} {w:30s} transformers {hf:8.1f} ms  " + "  ".join(
+                f"{a} {r['rose_median_ms'][a]:8.1f} ms x{r['speedup'][a]:.2f}" for a in engines))
 
     meta = {"command": "python bench/ragged_vs_padded.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": datetime.date.today().isoformat(), "torch": torch.__version__, "threads": args.threads,
@@ -181,14 +193,16 @@ def main(argv: list[str] | None = None) -> int:
              f"Command: `{meta['command']}`  ",
              f"Date {meta['date']}; torch {meta['torch']}; {args.threads} threads on a {meta['cpus']}-core machine "
              f"shared with other jobs (load average {meta['load_average_before']} before, "
-             f"{meta['load_average_after']} after); {args.reps} alternating runs each, medians.", "",
-             "| model | workload | tokens | padded tokens | ROSE attention | ROSE ms | transformers ms | speed-up |",
-             "|---|---|---:|---:|---|---:|---:|---:|"]
+             f"{meta['load_average_after']} after); {args.reps} rotating runs each, medians; speed-up = "
+             "transformers time / ROSE time.", "",
+             "| model | workload | tokens | padded tokens | transformers ms | "
+             + " | ".join(f"ROSE {a} ms (speed-up)" for a in args.attention) + " |",
+             "|---|---|---:|---:|---:|" + "---:|" * len(args.attention)]
     for r in results:
-        lines.append(f"| {r['model']} | {r['workload']} | {r['tokens']} | {r['padded_tokens']} | {r['attention']} | "
-                     f"{r['rose_median_ms']} | {r['hf_median_ms']} | {r['speedup']:.2f}x |")
+        lines.append(f"| {r['model']} | {r['workload']} | {r['tokens']} | {r['padded_tokens']} | {r['hf_median_ms']} | "
+                     + " | ".join(f"{r['rose_median_ms'][a]} ({r['speedup'][a]:.2f}x)" for a in args.attention) + " |")
     (out / "ragged_vs_padded.md").write_text("\n".join(lines) + "\n")
-    plot(results, out / "ragged_vs_padded.png")
+    plot(results, args.attention, out / "ragged_vs_padded.png")
     print(f"results in {out}")
     return 0
 

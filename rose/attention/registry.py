@@ -14,7 +14,7 @@ from .varlen import varlen_backends
 
 # Used when the selection table has nothing comparable: fused varlen
 # kernels first, then the always-available SDPA paths.
-DEFAULT_ORDER = ("fa4", "flash_attn3", "flash_attn", "flashinfer", "torch_varlen", "sdpa_padded", "sdpa",
+DEFAULT_ORDER = ("fa4", "flash_attn3", "flash_attn", "flashinfer", "torch_varlen", "sdpa", "sdpa_padded",
                  "sdpa_masked")
 
 

@@ -151,7 +151,10 @@ def test_selecting_backend_switches_per_step():
 
 
 def test_committed_tables_are_well_formed():
-    for path in (REPO / "rose" / "attention" / "tables").glob("*.json"):
+    paths = list((REPO / "rose" / "attention" / "tables").glob("*.json"))
+    if not paths:
+        pytest.skip("no selection table committed yet (regenerate with bench/attention_sweep.py)")
+    for path in paths:
         data = json.loads(path.read_text())
         table = SelectionTable.load(path.stem)
         assert table.cells and data["meta"]["device_kind"] == path.stem
