@@ -9,20 +9,21 @@ import pytest
 from tests.deploy.tools import GPU_PROFILE, ToolMissing, compose_binary, helm_binary, render
 
 
-@pytest.fixture(scope="session")
-def helm_bin():
+def _require(find):
     try:
-        return helm_binary()
+        return find()
     except ToolMissing as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def helm_bin():
+    return _require(helm_binary)
 
 
 @pytest.fixture(scope="session")
 def compose_bin():
-    try:
-        return compose_binary()
-    except ToolMissing as e:
-        pytest.fail(str(e))
+    return _require(compose_binary)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,9 @@ TYPES = {"counter", "gauge", "histogram"}
 # Series Prometheus itself records for every target.
 BUILTIN = {"up"}
 # PromQL words that look like metric names but are not.
-PROMQL = {"sum", "rate", "by", "le", "histogram_quantile", "min", "max", "job", "code", "route", "stage",
-          "replica", "outcome", "instance"}
+LABELS = {"api", "endpoint", "status", "error", "stage", "replica", "result", "code"}
+PROMQL = {"sum", "rate", "increase", "by", "le", "histogram_quantile", "min", "max", "count", "job", "instance",
+          *LABELS}
 
 
 def contract() -> dict[str, tuple[str, set[str]]]:
@@ -57,7 +58,7 @@ def test_metric_names_follow_prometheus_conventions():
         if "duration" in name or "capture" in name:
             assert kind == "histogram" and name.endswith("_seconds"), name
         # Labels from bounded sets only: never request text, model input or ids.
-        assert labels <= {"route", "code", "stage", "replica", "outcome"}, name
+        assert labels <= LABELS, name
 
 
 def test_every_query_reads_listed_metrics_only():
@@ -99,7 +100,7 @@ def test_labels_used_in_queries_are_declared():
 def test_the_dashboard_covers_what_operators_watch():
     titles = " ".join(p["title"].lower() for p in DASHBOARD["panels"])
     for topic in ["requests per second", "429", "5xx", "latency", "per stage", "queue time", "tokens per engine step",
-                  "graphs captured", "replays", "padding", "replica health"]:
+                  "graphs captured", "replays", "padding", "replica health", "reloads"]:
         assert topic in titles, topic
 
 
