@@ -179,7 +179,8 @@ def test_ivy_healthcheck_passes_when_ready_and_fails_otherwise(config, ivy_minil
     # Nothing listening.
     assert subprocess.run(ivy_healthcheck(config, free_port()), timeout=10).returncode != 0
     # Listening but without a healthy replica: /ready answers 503.
-    lonely = Ivy([f"http://127.0.0.1:{free_port()}"], minilm_dir, log_dir=log_dir, wait_ready=False)
+    lonely = Ivy([f"http://127.0.0.1:{free_port()}"], minilm_dir, log_dir=log_dir, wait_ready=False,
+                 env={"IVY_GRPC_PORT": str(free_port())})
     try:
         assert lonely.get("/ready")[0] == 503
         assert subprocess.run(ivy_healthcheck(config, lonely.port), timeout=10).returncode != 0

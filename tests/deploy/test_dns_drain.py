@@ -6,6 +6,7 @@ routes around it."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -61,7 +62,8 @@ class DnsIvy(Ivy):
         self.port = free_port()
         cmd = [str(IVY_BIN), "--tokenizer", tokenizer, "--host", "127.0.0.1", "--port", str(self.port),
                "--health-interval", "0.2"]
-        env = {"IVY_TULIP_DNS": f"{service}:{port}", "IVY_DNS_INTERVAL": DNS_INTERVAL}
+        env = {"IVY_TULIP_DNS": f"{service}:{port}", "IVY_DNS_INTERVAL": DNS_INTERVAL,
+               "IVY_GRPC_PORT": str(free_port())}
         Process.__init__(self, f"ivy-dns-{self.port}", with_resolver(cmd, workdir, resolver.address), env,
                          log_dir)
         self.wait_until(lambda: self.get("/health")[0] == 200, 60.0, "listening")
@@ -123,6 +125,18 @@ class Load:
             return [(status, body) for _, status, body in self.results if status != 200]
 
 
+def replica_chunks(ivy: Ivy) -> dict[str, float]:
+    """Chunks completed per replica address, from Ivy's /metrics
+    (`ivy_replica_chunks_total{replica="<url>"}`, deploy/README.md)."""
+    status, body = ivy.get("/metrics")
+    assert status == 200
+    out = {}
+    for m in re.finditer(r'^ivy_replica_chunks_total\{[^}]*replica="[a-z]+://([^"/]+)/?"[^}]*\} (\S+)$',
+                         body.decode(), re.M):
+        out[m.group(1)] = float(m.group(2))
+    return out
+
+
 def wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -166,6 +180,9 @@ def test_sigterm_to_a_dns_discovered_replica_under_load_fails_no_request(resolve
         stopping, staying = replicas
         with Load(ivy, corpus_lines()) as load:
             wait_for(lambda: load.ok_since(0) >= 20, 60, "load to reach Ivy's replicas")
+            # Both replicas carry traffic, so the stopped one had work to drain.
+            wait_for(lambda: all(replica_chunks(ivy).get(f"{a}:{port}", 0) > 0 for a in ADDRESSES), 60,
+                     "both replicas to complete chunks")
             # What Kubernetes does when the pod is deleted: the endpoint leaves
             # the headless Service and the container gets SIGTERM.
             resolver.set(SERVICE, [staying.host])
