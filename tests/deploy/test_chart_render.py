@@ -8,9 +8,10 @@ import copy
 
 import kubernetes_validate
 import pytest
+import yaml
 
-from tests.deploy.tools import (CHART, GPU_PROFILE, KUBE_VERSION, by_kind, container, env, helm, one,
-                                render)
+from tests.deploy.tools import (CHART, COMPOSE_FILE, GPU_PROFILE, KUBE_VERSION, by_kind, container, env, helm,
+                                one, render)
 
 # The oldest Kubernetes the chart supports and the newest the validator knows.
 KUBE_VERSIONS = [KUBE_VERSION, kubernetes_validate.latest_version()]
@@ -261,3 +262,23 @@ def test_service_monitors_scrape_named_metrics_ports(gpu_objects, default_object
         assert len(services) == 1
         assert endpoint["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
         assert m["spec"]["namespaceSelector"] == {"matchNames": ["embeddings"]}
+
+
+def test_tulip_settings_are_real_launcher_flags(profile_objects):
+    """Every TULIP_* variable the chart and docker-compose set is one that
+    `python -m tulip` reads (a misspelt one would be silently ignored)."""
+    from tulip.launcher import _env_name, parser
+
+    known = {_env_name(o) for a in parser()._actions for o in a.option_strings if o.startswith("--")}
+    _, objects = profile_objects
+    chart = {k for k in env(container(one(objects, "Deployment", "tulip"), "tulip")) if k.startswith("TULIP_")}
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["tulip-0"]["environment"]
+    assert chart and chart <= known, chart - known
+    assert set(compose) <= known, set(compose) - known
+
+
+def test_capture_list_reaches_tulip(helm_bin):
+    objects = render(sets={"tulip.engine.capture": r"1x128\,4x2048", "tulip.engine.graphs": False})
+    tulip = env(container(one(objects, "Deployment", "tulip"), "tulip"))
+    assert tulip["TULIP_CAPTURE"] == "1x128,4x2048"
+    assert tulip["TULIP_GRAPHS"] == "false"

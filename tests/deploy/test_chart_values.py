@@ -46,6 +46,7 @@ BROKEN = {
     "port out of range": ({"ivy": {"port": 70000}}, "/ivy/port"),
     "gpu count zero": ({"tulip": {"gpu": {"enabled": True, "count": 0}}}, "/tulip/gpu/count"),
     "unknown dtype": ({"tulip": {"engine": {"dtype": "fp8"}}}, "/tulip/engine/dtype"),
+    "malformed capture list": ({"tulip": {"engine": {"capture": "128 tokens"}}}, "/tulip/engine/capture"),
     "pvc without a claim": ({"model": {"source": "pvc", "path": "e5"}}, "/model/pvc/claimName"),
     "volume without a model path": ({"model": {"source": "hostPath", "hostPath": {"path": "/srv/models"}}},
                                     "/model/path"),

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -163,6 +164,19 @@ def test_grafana_is_provisioned_from_the_repository(monitoring):
     (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
     url = urllib.parse.urlsplit(source["url"])
     assert url.hostname == "prometheus" and url.port == 9090
+
+
+def test_tulip_healthcheck_passes_against_a_real_tulip(config, tulip_minilm):
+    kind, *cmd = config["services"]["tulip-0"]["healthcheck"]["test"]
+    assert kind == "CMD" and cmd[0] == "python"
+    compose_port = config["services"]["tulip-0"]["environment"]["TULIP_METRICS_PORT"]
+
+    def check(port: int) -> int:
+        local = [sys.executable, *(c.replace(f":{compose_port}/", f":{port}/") for c in cmd[1:])]
+        return subprocess.run(local, capture_output=True, timeout=30).returncode
+
+    assert check(tulip_minilm.metrics_port) == 0
+    assert check(free_port()) != 0
 
 
 def ivy_healthcheck(config: dict, port: int) -> list[str]:

@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import corpus_lines
 from tests.deploy.resolver import DnsServer, established_peers, namespaces_work, with_resolver
+from tests.deploy.tools import ivy_has_flag, wait_for
 from tests.servers import IVY_BIN, Ivy, Process, Tulip, free_port
 
 SERVICE = "tulip.embeddings.svc.cluster.local"
@@ -30,15 +31,6 @@ BATCH = 8
 MAX_REQUESTS_PER_CLIENT = 600
 LOAD_DEADLINE_S = 120.0
 OK_AFTER_EXIT = 20
-
-
-def ivy_has_flag(flag: str) -> bool:
-    """Whether the built Ivy accepts `flag` (True when Ivy is not built,
-    so a missing binary fails loudly like every other Ivy test)."""
-    if not IVY_BIN.is_file():
-        return True
-    out = subprocess.run([str(IVY_BIN), "--help"], capture_output=True, text=True, timeout=30)
-    return flag in out.stdout
 
 
 class TulipAt(Tulip):
@@ -137,14 +129,6 @@ def replica_chunks(ivy: Ivy) -> dict[str, float]:
     return out
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def resolver():
     reason = namespaces_work()
@@ -173,23 +157,23 @@ def test_sigterm_to_a_dns_discovered_replica_under_load_fails_no_request(resolve
             replicas.append(TulipAt(address, port, model_dir=minilm_dir, log_dir=log_dir, drain_timeout=30))
         ivy.wait_until(lambda: ivy.get("/ready")[0] == 200, 60.0, "ready")
         # Ivy found both replicas through DNS: it holds a connection to each.
-        wait_for(lambda: {(a, port) for a in ADDRESSES} <= established_peers(ivy.proc.pid), 30,
-                 "Ivy to connect to both replicas")
+        wait_for(lambda: {(a, port) for a in ADDRESSES} <= established_peers(ivy.proc.pid),
+                 "Ivy to connect to both replicas", 30)
         assert resolver.queries > 0
 
         stopping, staying = replicas
         with Load(ivy, corpus_lines()) as load:
-            wait_for(lambda: load.ok_since(0) >= 20, 60, "load to reach Ivy's replicas")
+            wait_for(lambda: load.ok_since(0) >= 20, "load to reach Ivy's replicas", 60)
             # Both replicas carry traffic, so the stopped one had work to drain.
-            wait_for(lambda: all(replica_chunks(ivy).get(f"{a}:{port}", 0) > 0 for a in ADDRESSES), 60,
-                     "both replicas to complete chunks")
+            wait_for(lambda: all(replica_chunks(ivy).get(f"{a}:{port}", 0) > 0 for a in ADDRESSES),
+                     "both replicas to complete chunks", 60)
             # What Kubernetes does when the pod is deleted: the endpoint leaves
             # the headless Service and the container gets SIGTERM.
             resolver.set(SERVICE, [staying.host])
             stopping.signal(signal.SIGTERM)
             code = stopping.proc.wait(timeout=60)
             exited = time.monotonic()
-            wait_for(lambda: load.ok_since(exited) >= OK_AFTER_EXIT, 60, "requests served after the drain")
+            wait_for(lambda: load.ok_since(exited) >= OK_AFTER_EXIT, "requests served after the drain", 60)
         assert code == 0, stopping.log()[-4000:]
         assert load.failures() == []
         for _, _, body in load.results:

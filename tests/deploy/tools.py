@@ -9,6 +9,7 @@ import io
 import os
 import subprocess
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -125,3 +126,22 @@ def container(deployment: dict, name: str) -> dict:
 def env(c: dict) -> dict[str, object]:
     """A container's env as name -> value (or valueFrom)."""
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+def wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    """Polls `condition` until it holds; fails naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def ivy_has_flag(flag: str) -> bool:
+    """Whether the built Ivy accepts `flag` (True when Ivy is not built, so
+    a missing binary fails loudly like every other Ivy test)."""
+    from tests.servers import IVY_BIN
+
+    if not IVY_BIN.is_file():
+        return True
+    return flag in run([IVY_BIN, "--help"]).stdout
