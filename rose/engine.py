@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .attention import AttentionBackend, select_backend
@@ -142,15 +143,18 @@ class Engine:
             raise InvalidBatchError(
                 f"this model produces {', '.join(self.info.kinds)} outputs, not {batch.kind.value}"
             )
-        lengths = batch.lengths or (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).tolist()
-        if not lengths or min(lengths) < 1:
-            raise InvalidBatchError("every sequence needs at least one token")
-        if max(lengths) > self.info.max_input_length:
+        if batch.num_sequences < 1:
+            raise InvalidBatchError("a batch needs at least one sequence")
+        cu = batch.field("cu").numpy()
+        lengths = cu[1:] - cu[:-1]
+        if cu[0] != 0 or cu[-1] != batch.num_tokens or lengths.min() < 1:
+            raise InvalidBatchError("every sequence needs at least one token, and cu_seqlens must cover the batch")
+        if lengths.max() > self.info.max_input_length:
             raise InvalidBatchError(
-                f"a sequence of {max(lengths)} tokens exceeds the maximum of {self.info.max_input_length}"
+                f"a sequence of {lengths.max()} tokens exceeds the maximum of {self.info.max_input_length}"
             )
-        ids = batch.token_ids
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.info.vocab_size):
+        # As unsigned, a negative id is huge: one reduction checks both ends.
+        if batch.token_ids.numpy().view(np.uint32).max() >= self.info.vocab_size:
             raise InvalidBatchError(f"token ids must be in [0, {self.info.vocab_size})")
 
     def embed(self, sequences: list[list[int]], kind: OutputKind | str = OutputKind.DENSE, **options) -> torch.Tensor:

@@ -1,96 +1,62 @@
-"""A batch's layout tensors packed into one int32 "arena".
+"""From a batch's arena (see ``interface.Batch``) to the model's inputs.
 
-Everything a forward pass reads besides weights (token ids, positions,
-sequence index per token, ``cu_seqlens``, 1/length, per-sequence options)
-lives in one flat int32 buffer, so moving a step's inputs to the device is a
-single copy from one pinned buffer, and a CUDA graph's static inputs are
-views into one static arena.
-
-When a batch is padded up to a bucket, the filler tokens form one extra
-segment at the end: they attend only to each other, and every output row
-they produce comes after all real rows, where it is discarded.
+A CUDA graph's static inputs are views into one static arena, so moving a
+step's inputs to the device is one copy. When a batch is padded up to a
+bucket, the filler tokens form one extra segment at the end: they attend
+only to each other, and every output row they produce comes after all real
+rows, where it is discarded.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .attention import AttentionBackend
-from .interface import Batch, OutputKind
+from .interface import Batch, Layout, OutputKind
 from .models import StepInputs
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Sizes of one step: ``tokens`` computed (filler included) over
-    ``segments`` segments, of which the first ``sequences`` are real."""
-
-    sequences: int
-    segments: int
-    tokens: int
-    real_tokens: int
-
-    @classmethod
-    def of(cls, sequences: int, real_tokens: int, padded_tokens: int | None = None) -> "Layout":
-        tokens = real_tokens if padded_tokens is None else padded_tokens
-        if tokens < real_tokens:
-            raise ValueError(f"cannot pad {real_tokens} tokens down to {tokens}")
-        segments = sequences + (1 if tokens > real_tokens else 0)
-        return cls(sequences, segments, tokens, real_tokens)
-
-    @property
-    def size(self) -> int:
-        """int32 words in the arena."""
-        return 3 * self.tokens + (self.segments + 1) + 3 * self.segments
-
-    def _slices(self):
-        t, s = self.tokens, self.segments
-        o = 0
-        for name, n in (("ids", t), ("positions", t), ("seg_ids", t), ("cu", s + 1),
-                        ("inv_len", s), ("dims", s), ("norm", s)):
-            yield name, o, n
-            o += n
-
-    def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
-        out = {name: arena[o:o + n] for name, o, n in self._slices()}
-        out["inv_len"] = out["inv_len"].view(torch.float32)
-        return out
+def resolve_defaults(batch: Batch, dimension: int, normalize_default: bool) -> None:
+    """Replaces "full dimension" (0) and "model default" (-1) in the batch's
+    per-sequence options, in place."""
+    if batch.resolved:
+        return
+    batch.resolved = True
+    dims = batch.field("dims").numpy()
+    if (dims <= 0).any():
+        dims[dims <= 0] = dimension
+    norm = batch.field("norm").numpy()
+    if (norm < 0).any():
+        norm[norm < 0] = int(normalize_default)
 
 
-def pack(batch: Batch, layout: Layout, arena: torch.Tensor, dimension: int, normalize_default: bool) -> None:
-    """Writes ``batch`` (plus the filler segment, if any) into a host int32
-    ``arena`` of at least ``layout.size`` words. NumPy, not torch: this runs
-    on the request path for every step, and NumPy's per-call cost on tiny
-    arrays is a fraction of torch's."""
-    a = arena.numpy()
-    n, t_real, t, s = layout.sequences, layout.real_tokens, layout.tokens, layout.segments
-    cu_in = batch.cu_seqlens.numpy()
-    o_pos, o_seg, o_cu = t, 2 * t, 3 * t
-    o_inv = o_cu + s + 1
-    o_dims, o_norm = o_inv + s, o_inv + 2 * s
-    a[:t_real] = batch.token_ids.numpy()
-    a[t_real:t] = 0
-    cu = a[o_cu:o_cu + s + 1]
-    cu[: n + 1] = cu_in
-    if s > n:
-        cu[s] = t
-    lens = np.diff(cu)
-    seg = np.repeat(np.arange(s, dtype=np.int32), lens)
-    a[o_seg:o_seg + t] = seg
-    np.subtract(np.arange(t, dtype=np.int32), cu[seg], out=a[o_pos:o_pos + t])
-    a[o_inv:o_inv + s].view(np.float32)[:] = 1.0 / lens
-    dims = a[o_dims:o_dims + s]
-    dims[:] = dimension
-    if batch.dimensions is not None:
-        d = batch.dimensions.numpy()
-        dims[:n] = np.where(d > 0, d, dimension)
-    norm = a[o_norm:o_norm + s]
-    norm[:] = int(normalize_default)
-    if batch.normalize is not None:
-        norm[:n] = batch.normalize.numpy()
+def repack(batch: Batch, layout: Layout, out: torch.Tensor, dimension: int) -> None:
+    """Writes ``batch`` padded to ``layout`` (one filler segment at the end)
+    into the host int32 arena ``out``. NumPy, not torch: this runs on the
+    request path, and NumPy's per-call cost on tiny arrays is far lower."""
+    src = batch.layout.offsets
+    dst = layout.offsets
+    a = batch.arena.numpy()
+    b = out.numpy()
+    n, t_real, t = layout.sequences, layout.real_tokens, layout.tokens
+    filler = t - t_real
+    for name in ("ids", "positions", "seg_ids"):
+        (so, _), (do, _) = src[name], dst[name]
+        b[do:do + t_real] = a[so:so + t_real]
+    do = dst["ids"][0]
+    b[do + t_real:do + t] = 0
+    do = dst["positions"][0]
+    b[do + t_real:do + t] = np.arange(filler, dtype=np.int32)
+    do = dst["seg_ids"][0]
+    b[do + t_real:do + t] = n
+    for name in ("cu", "inv_len", "dims", "norm"):
+        (so, sn), (do, _) = src[name], dst[name]
+        b[do:do + sn] = a[so:so + sn]
+    b[dst["cu"][0] + n + 1] = t
+    b[dst["inv_len"][0] + n:dst["inv_len"][0] + n + 1].view(np.float32)[0] = 1.0 / filler
+    b[dst["dims"][0] + n] = dimension
+    b[dst["norm"][0] + n] = 0
 
 
 def step_inputs(arena: torch.Tensor, layout: Layout, backend: AttentionBackend, causal: bool,

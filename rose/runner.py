@@ -18,8 +18,8 @@ import torch
 
 from .attention import AttentionBackend
 from .graphs import Action, Dispatcher, GraphKey, GraphSettings
-from .interface import Batch, OutputKind
-from .layout import Layout, pack, rows_for, step_inputs
+from .interface import Batch, Layout, OutputKind
+from .layout import repack, resolve_defaults, rows_for, step_inputs
 from .lazy import LazyTensor, StepInfo
 from .models import EmbeddingModel
 from .pinned import PinnedPool
@@ -68,6 +68,7 @@ class Runner:
             log.warning("attention backend %s is not capture-safe: CUDA graphs are off", backend.name)
 
     def run(self, batch: Batch) -> LazyTensor:
+        resolve_defaults(batch, self.dimension, self.normalize_default)
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
         action = self.dispatcher.hit(key)
         with torch.inference_mode():
@@ -93,16 +94,16 @@ class Runner:
     # Eager: exact shapes, no padding.
 
     def _eager(self, batch: Batch) -> LazyTensor:
-        layout = Layout.of(batch.num_sequences, batch.num_tokens)
+        layout = batch.layout
         info = StepInfo("eager", layout.real_tokens, layout.tokens)
         self._count(Action.EAGER, layout)
-        lengths = batch.lengths or (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).tolist()
+        lengths = batch.lengths
         if not self.cuda:
-            arena = torch.empty(layout.size, dtype=torch.int32)
-            pack(batch, layout, arena, self.dimension, self.normalize_default)
-            out = self._forward(batch.kind, arena, layout, lengths, max(lengths))
+            out = self._forward(batch.kind, batch.arena, layout, lengths, max(lengths))
             return LazyTensor.ready(out, info)
-        staging, host = self._stage(batch, layout)
+        staging = self.pool.acquire(layout.size * 4)
+        host = staging.view(torch.int32)[: layout.size]
+        host.copy_(batch.arena[: layout.size])
         arena = torch.empty(layout.size, dtype=torch.int32, device=self.device)
         arena.copy_(host, non_blocking=True)
         out = self._forward(batch.kind, arena, layout, lengths, max(lengths))
@@ -117,14 +118,15 @@ class Runner:
             arena = torch.zeros(layout.size, dtype=torch.int32, device=self.device)
             entry = self._entries[key] = _Entry(layout, arena)
         layout = Layout.of(batch.num_sequences, batch.num_tokens, key.tokens)
-        lengths = batch.lengths or (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).tolist()
-        lengths = [*lengths, layout.tokens - layout.real_tokens]
+        lengths = [*batch.lengths, layout.tokens - layout.real_tokens]
         staging = None
         if self.cuda:
-            staging, host = self._stage(batch, layout)
+            staging = self.pool.acquire(layout.size * 4)
+            host = staging.view(torch.int32)[: layout.size]
+            repack(batch, layout, host, self.dimension)
             entry.arena.copy_(host, non_blocking=True)
         else:
-            pack(batch, layout, entry.arena, self.dimension, self.normalize_default)
+            repack(batch, layout, entry.arena, self.dimension)
 
         capture_s = self._capture(entry, key, lengths) if action is Action.CAPTURE else 0.0
         if entry.graph is not None and action in (Action.CAPTURE, Action.REPLAY):
@@ -162,13 +164,6 @@ class Runner:
                  max_seqlen: int) -> torch.Tensor:
         x = step_inputs(arena, layout, self.backend, self.model.causal, lengths, max_seqlen)
         return self.model(kind, x)
-
-    def _stage(self, batch: Batch, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
-        """Packs the layout into a pinned buffer; returns (buffer, int32 view)."""
-        staging = self.pool.acquire(layout.size * 4)
-        host = staging.view(torch.int32)[: layout.size]
-        pack(batch, layout, host, self.dimension, self.normalize_default)
-        return staging, host
 
     def _count(self, action: Action, layout: Layout, capture_s: float = 0.0) -> None:
         self.stats.steps[action.value] += 1

@@ -11,7 +11,8 @@ import torch
 
 from rose import Batch, Engine, OutputKind
 from rose.graphs import State
-from rose.layout import Layout, pack, step_inputs
+from rose.interface import Layout
+from rose.layout import repack, resolve_defaults, step_inputs
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +42,15 @@ def test_padding_never_changes_real_outputs(engines):
     eager, _ = engines
     model, backend = eager.model, eager.runner.backend
     batch = random_batch(random.Random(1), 5, 40)
+    resolve_defaults(batch, 384, True)
     outs = []
     for padded in (None, batch.num_tokens + 1, 256):
-        layout = Layout.of(batch.num_sequences, batch.num_tokens, padded)
-        arena = torch.empty(layout.size, dtype=torch.int32)
-        pack(batch, layout, arena, 384, True)
+        if padded is None:
+            layout, arena = batch.layout, batch.arena
+        else:
+            layout = Layout.of(batch.num_sequences, batch.num_tokens, padded)
+            arena = torch.empty(layout.size, dtype=torch.int32)
+            repack(batch, layout, arena, 384)
         lengths = (torch.diff(layout.views(arena)["cu"])).tolist()
         with torch.inference_mode():
             out = model(OutputKind.DENSE, step_inputs(arena, layout, backend, False, lengths, layout.tokens))

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use pyo3::Python;
 
-use crate::engine::{EngineHandle, HostBatch, LazyOutput};
+use crate::engine::{EngineHandle, HostBatch, Kind, LazyOutput};
 use crate::metrics::{Metrics, Mode, ModeLabel};
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
@@ -101,25 +101,13 @@ fn release_all(py: Python<'_>, releases: Vec<LazyOutput>) {
     }
 }
 
-/// The batch in the engine's buffer layout.
+/// The batch in the engine's arena layout. Ids were checked against the
+/// vocabulary, so they fit in int32.
 fn host_batch(seqs: &[SeqRef]) -> HostBatch {
-    let tokens: usize = seqs.iter().map(SeqRef::len).sum();
-    let mut b = HostBatch {
-        kind: seqs.first().map(|s| s.request.kind),
-        ids: Vec::with_capacity(tokens * 4),
-        lengths: Vec::with_capacity(seqs.len() * 4),
-        dimensions: Vec::with_capacity(seqs.len() * 4),
-        normalize: Vec::with_capacity(seqs.len()),
-    };
-    for s in seqs {
-        let r = &s.request;
-        for &id in r.sequence(s.index) {
-            // Ids were checked against the vocabulary, so they fit in i32.
-            b.ids.extend_from_slice(&(id as i32).to_le_bytes());
-        }
-        b.lengths.extend_from_slice(&(s.len() as i32).to_le_bytes());
-        b.dimensions.extend_from_slice(&(r.dimensions as i32).to_le_bytes());
-        b.normalize.push(u8::from(r.normalize));
-    }
-    b
+    let kind = seqs.first().map_or(Kind::Dense, |s| s.request.kind);
+    HostBatch::build(
+        kind,
+        seqs.iter()
+            .map(|s| (s.request.sequence(s.index), s.request.dimensions, s.request.normalize)),
+    )
 }
