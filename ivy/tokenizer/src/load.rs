@@ -221,7 +221,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for VocabJson<'a> {
 /// Parses `json` into the in-house pipeline, or says why it cannot (an
 /// unsupported component, or a file Hugging Face must judge).
 pub(crate) fn parse(json: &[u8]) -> std::result::Result<Native, Unsupported> {
-    let file: File = serde_json::from_slice(json).map_err(|e| format!("{e}"))?;
+    let file: File = serde_json::from_slice(json).map_err(|e| unsupported(json, e))?;
     if let Some(v) = &file.version {
         if v != "1.0" {
             return Err(format!("tokenizer.json version {v}"));
@@ -246,6 +246,27 @@ pub(crate) fn parse(json: &[u8]) -> std::result::Result<Native, Unsupported> {
         added,
         template,
     })
+}
+
+/// Why a file did not parse as an in-house tokenizer: its model type when
+/// that is the reason, else the parse error (an unknown component, field
+/// or value).
+fn unsupported(json: &[u8], err: serde_json::Error) -> Unsupported {
+    #[derive(Deserialize)]
+    struct Peek {
+        model: PeekModel,
+    }
+    #[derive(Deserialize)]
+    struct PeekModel {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+    }
+    match serde_json::from_slice::<Peek>(json) {
+        Ok(Peek { model: PeekModel { kind: Some(kind) } }) if kind != "Unigram" && kind != "WordPiece" => {
+            format!("model type {kind}")
+        }
+        _ => err.to_string(),
+    }
 }
 
 fn build_model(m: ModelJson) -> std::result::Result<Model, Unsupported> {
