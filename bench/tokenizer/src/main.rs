@@ -77,9 +77,28 @@ fn summary(mut ns: Vec<u64>, tokens: usize) -> Value {
     })
 }
 
-/// Times both tokenizers on every input, interleaved (which goes first
-/// alternates by round), after one warm-up round.
-fn compare(name: &str, ours: &Tokenizer, hf: &tokenizers::Tokenizer, inputs: &[String], opts: &EncodeOptions, rounds: usize) -> Value {
+/// How the two tokenizers take turns.
+#[derive(Clone, Copy)]
+enum Turns {
+    /// Whole rounds over all inputs, alternating: each runs with its own
+    /// data warm in cache, as in a process that only tokenizes.
+    Rounds,
+    /// Call by call: each call finds the other's data in cache, as when
+    /// tokenization is one step among others.
+    Calls,
+}
+
+/// Times both tokenizers on every input in the same run (which goes first
+/// alternates), after one warm-up round.
+fn compare(
+    name: &str,
+    ours: &Tokenizer,
+    hf: &tokenizers::Tokenizer,
+    inputs: &[String],
+    opts: &EncodeOptions,
+    rounds: usize,
+    turns: Turns,
+) -> Value {
     let mut enc = Encoding::default();
     let mut check_tokens = 0;
     for text in inputs {
@@ -89,47 +108,65 @@ fn compare(name: &str, ours: &Tokenizer, hf: &tokenizers::Tokenizer, inputs: &[S
         check_tokens += enc.len();
     }
     let (mut t_ours, mut t_hf) = (Vec::new(), Vec::new());
-    let mut tokens = 0;
-    let (allocs_before, mut ours_allocs) = (ALLOCS.load(Ordering::Relaxed), 0u64);
-    let _ = allocs_before;
+    let mut ours_allocs = 0u64;
+    let mut time_ours = |text: &String, record: bool, enc: &mut Encoding| {
+        let a0 = ALLOCS.load(Ordering::Relaxed);
+        let t = Instant::now();
+        ours.encode_into(text, opts, enc).unwrap();
+        let d = t.elapsed().as_nanos() as u64;
+        if record {
+            t_ours.push(d);
+            ours_allocs += ALLOCS.load(Ordering::Relaxed) - a0;
+        }
+    };
+    let mut time_hf = |text: &String, record: bool| {
+        let t = Instant::now();
+        let e = hf.encode(text.as_str(), opts.add_special_tokens).unwrap();
+        let d = t.elapsed().as_nanos() as u64;
+        drop(e);
+        if record {
+            t_hf.push(d);
+        }
+    };
     for round in 0..=rounds {
-        for text in inputs {
-            let mut run_ours = || {
-                let a0 = ALLOCS.load(Ordering::Relaxed);
-                let t = Instant::now();
-                ours.encode_into(text, opts, &mut enc).unwrap();
-                let d = t.elapsed();
-                (d, ALLOCS.load(Ordering::Relaxed) - a0)
-            };
-            let run_hf = || {
-                let t = Instant::now();
-                let e = hf.encode(text.as_str(), opts.add_special_tokens).unwrap();
-                let d = t.elapsed();
-                drop(e);
-                d
-            };
-            let (a, allocs, b) = if round % 2 == 0 {
-                let (a, n) = run_ours();
-                (a, n, run_hf())
-            } else {
-                let b = run_hf();
-                let (a, n) = run_ours();
-                (a, n, b)
-            };
-            if round > 0 {
-                t_ours.push(a.as_nanos() as u64);
-                t_hf.push(b.as_nanos() as u64);
-                tokens += enc.len();
-                ours_allocs += allocs;
+        let record = round > 0;
+        let ours_first = round % 2 == 0;
+        match turns {
+            Turns::Rounds => {
+                for pass in 0..2 {
+                    for text in inputs {
+                        if (pass == 0) == ours_first {
+                            time_ours(text, record, &mut enc);
+                        } else {
+                            time_hf(text, record);
+                        }
+                    }
+                }
+            }
+            Turns::Calls => {
+                for text in inputs {
+                    if ours_first {
+                        time_ours(text, record, &mut enc);
+                        time_hf(text, record);
+                    } else {
+                        time_hf(text, record);
+                        time_ours(text, record, &mut enc);
+                    }
+                }
             }
         }
     }
+    let tokens = check_tokens * rounds;
     let s_ours = summary(t_ours, tokens);
     let s_hf = summary(t_hf, tokens);
     let ratio = s_hf["p50_us"].as_f64().unwrap() / s_ours["p50_us"].as_f64().unwrap();
     let tput = s_ours["tokens_per_s"].as_f64().unwrap() / s_hf["tokens_per_s"].as_f64().unwrap();
+    let turns = match turns {
+        Turns::Rounds => "rounds",
+        Turns::Calls => "calls",
+    };
     println!(
-        "{name:<28} inputs {:>4}  mean tokens {:>5.1}  p50 ours {:>8.2} us  hf {:>8.2} us  p50 speedup {ratio:>5.2}x  throughput {tput:>5.2}x",
+        "{name:<28} {turns:<6} inputs {:>4}  mean tokens {:>5.1}  p50 ours {:>8.2} us  hf {:>8.2} us  p50 speedup {ratio:>5.2}x  throughput {tput:>5.2}x",
         inputs.len(),
         check_tokens as f64 / inputs.len() as f64,
         s_ours["p50_us"].as_f64().unwrap(),
@@ -137,6 +174,7 @@ fn compare(name: &str, ours: &Tokenizer, hf: &tokenizers::Tokenizer, inputs: &[S
     );
     json!({
         "workload": name,
+        "turns": turns,
         "inputs": inputs.len(),
         "mean_tokens": check_tokens as f64 / inputs.len() as f64,
         "ours": s_ours,
@@ -188,13 +226,14 @@ fn load(name: &str) -> (Value, Tokenizer, tokenizers::Tokenizer) {
 
 fn markdown(results: &[Value], loads: &[Value], command: &str, machine: &str) -> String {
     let mut md = String::from("# Tokenizer: in-house vs Hugging Face `tokenizers` 0.23.2 (Rust crate)\n\n");
-    md += &format!("Command: `{command}`\n\nMachine: {machine}. Single thread, calls interleaved in one run (order alternating per round), one warm-up round; latencies are per call, `Instant` around each call. Outputs checked identical before timing.\n\n");
-    md += "| workload | inputs | mean tokens | ours p50 µs | ours p90 | ours p99 | HF p50 µs | HF p90 | HF p99 | p50 speedup | throughput ours / HF (tokens/s) | ours allocs/call |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
+    md += &format!("Command: `{command}`\n\nMachine: {machine}. Single thread, both tokenizers in the same run on the same inputs and `tokenizer.json`, one warm-up round; latencies are per call (`Instant` around each call); outputs checked identical before timing. *rounds*: whole passes over the inputs alternate between the two (each has its own data warm in cache); *calls*: the two alternate call by call (each call finds the other's data in cache). Which goes first alternates by round.\n\n");
+    md += "| workload | turns | inputs | mean tokens | ours p50 µs | ours p90 | ours p99 | HF p50 µs | HF p90 | HF p99 | p50 speedup | throughput ours / HF (tokens/s) | ours allocs/call |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
     for r in results {
         let (o, h) = (&r["ours"], &r["hf"]);
         md += &format!(
-            "| {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}×** | {:.0} / {:.0} ({:.2}×) | {:.2} |\n",
+            "| {} | {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}×** | {:.0} / {:.0} ({:.2}×) | {:.2} |\n",
             r["workload"].as_str().unwrap(),
+            r["turns"].as_str().unwrap(),
             r["inputs"],
             r["mean_tokens"].as_f64().unwrap(),
             o["p50_us"].as_f64().unwrap(),
@@ -242,7 +281,7 @@ fn main() {
     );
 
     let (xlmr_load, xlmr, xlmr_hf) = load("xlm-roberta");
-    let (bert_load, bert, mut bert_hf) = load("all-minilm-l6-v2");
+    let (bert_load, bert, bert_hf) = load("all-minilm-l6-v2");
 
     let ml = multilingual();
     let en = english();
@@ -263,15 +302,20 @@ fn main() {
         ..Default::default()
     });
     xlmr_hf512.with_truncation(trunc.clone()).unwrap();
-    let results = vec![
-        compare("XLM-R queries (10-30 tok)", &xlmr, &xlmr_hf, &xq, &plain, args.rounds),
-        compare("XLM-R documents (~512 tok)", &xlmr, &xlmr_hf512, &xd, &to512, args.rounds),
-        compare("WordPiece queries", &bert, &bert_hf, &bq, &plain, args.rounds),
-        {
-            bert_hf.with_truncation(trunc).unwrap();
-            compare("WordPiece documents (~512)", &bert, &bert_hf, &bd, &to512, args.rounds)
-        },
+    let mut bert_hf512 = bert_hf.clone();
+    bert_hf512.with_truncation(trunc).unwrap();
+    let workloads: [(&str, &Tokenizer, &tokenizers::Tokenizer, &[String], &EncodeOptions); 4] = [
+        ("XLM-R queries (10-30 tok)", &xlmr, &xlmr_hf, &xq, &plain),
+        ("XLM-R documents (~512 tok)", &xlmr, &xlmr_hf512, &xd, &to512),
+        ("WordPiece queries", &bert, &bert_hf, &bq, &plain),
+        ("WordPiece documents (~512)", &bert, &bert_hf512, &bd, &to512),
     ];
+    let mut results = Vec::new();
+    for turns in [Turns::Rounds, Turns::Calls] {
+        for (name, ours, hf, inputs, opts) in workloads {
+            results.push(compare(name, ours, hf, inputs, opts, args.rounds, turns));
+        }
+    }
     let loads = vec![xlmr_load, bert_load];
     std::fs::create_dir_all(&args.out).unwrap();
     let doc = json!({

@@ -18,7 +18,7 @@ use crate::native::{Model, Native};
 use crate::normalized::Work;
 use crate::normalizers::{Bert, Normalizer, Precompiled, Replace, UnicodeForm};
 use crate::postprocess::{Piece, Template};
-use crate::pretokenizers::{PreTokenizer, PrependScheme};
+use crate::pretokenizers::{PreTokenizer, PrependScheme, Stage};
 use crate::unigram::Unigram;
 use crate::wordpiece::WordPiece;
 
@@ -229,11 +229,11 @@ pub(crate) fn parse(json: &[u8]) -> std::result::Result<Native, Unsupported> {
     }
     let model = build_model(file.model)?;
     let normalizer = file.normalizer.map(build_normalizer).transpose()?;
-    let pre_tokenizer = file
-        .pre_tokenizer
-        .map(build_pre_tokenizer)
-        .transpose()?
-        .map(PreTokenizer::optimized);
+    let mut stages = Vec::new();
+    if let Some(p) = file.pre_tokenizer {
+        collect_stages(p, &mut stages)?;
+    }
+    let pre_tokenizer = PreTokenizer::new(stages);
     let template = match file.post_processor {
         None => Template::none(),
         Some(p) => build_template(p)?,
@@ -342,10 +342,11 @@ fn build_normalizer(n: NormalizerJson) -> std::result::Result<Normalizer, Unsupp
     })
 }
 
-fn build_pre_tokenizer(p: PreTokenizerJson) -> std::result::Result<PreTokenizer, Unsupported> {
-    Ok(match p {
-        PreTokenizerJson::WhitespaceSplit {} => PreTokenizer::WhitespaceSplit,
-        PreTokenizerJson::BertPreTokenizer {} => PreTokenizer::Bert,
+/// Appends the stages of `p` (sequences flattened) to `out`.
+fn collect_stages(p: PreTokenizerJson, out: &mut Vec<Stage>) -> std::result::Result<(), Unsupported> {
+    match p {
+        PreTokenizerJson::WhitespaceSplit {} => out.push(Stage::WhitespaceSplit),
+        PreTokenizerJson::BertPreTokenizer {} => out.push(Stage::Bert),
         PreTokenizerJson::Metaspace {
             replacement,
             add_prefix_space,
@@ -360,7 +361,7 @@ fn build_pre_tokenizer(p: PreTokenizerJson) -> std::result::Result<PreTokenizer,
                 }
                 scheme = PrependSchemeJson::Never;
             }
-            PreTokenizer::Metaspace {
+            out.push(Stage::Metaspace {
                 replacement,
                 prepend: match scheme {
                     PrependSchemeJson::Always => PrependScheme::Always,
@@ -368,15 +369,15 @@ fn build_pre_tokenizer(p: PreTokenizerJson) -> std::result::Result<PreTokenizer,
                     PrependSchemeJson::Never => PrependScheme::Never,
                 },
                 split: split.unwrap_or(true),
+            });
+        }
+        PreTokenizerJson::Sequence { pretokenizers } => {
+            for p in pretokenizers {
+                collect_stages(p, out)?;
             }
         }
-        PreTokenizerJson::Sequence { pretokenizers } => PreTokenizer::Sequence(
-            pretokenizers
-                .into_iter()
-                .map(build_pre_tokenizer)
-                .collect::<std::result::Result<_, _>>()?,
-        ),
-    })
+    }
+    Ok(())
 }
 
 fn build_template(p: PostJson) -> std::result::Result<Template, Unsupported> {

@@ -51,7 +51,7 @@ impl Model {
 #[derive(Debug)]
 pub(crate) struct Native {
     pub normalizer: Option<Normalizer>,
-    pub pre_tokenizer: Option<PreTokenizer>,
+    pub pre_tokenizer: PreTokenizer,
     pub model: Model,
     pub added: AddedVocab,
     pub template: Template,
@@ -217,13 +217,8 @@ impl Native {
     }
 
     fn encode_part(&self, sc: &mut Scratch, seq: &mut Seq, range: std::ops::Range<usize>) -> Result<()> {
-        PreTokenizer::run(
-            self.pre_tokenizer.as_ref(),
-            &sc.work.cur,
-            range,
-            &mut sc.words,
-            &mut sc.spare,
-        );
+        self.pre_tokenizer
+            .run(&sc.work.cur, range, &mut sc.words, &mut sc.spare);
         let words = &sc.words;
         let convert = |w: usize, s: u32, e: u32| {
             let word = &words.words[w];

@@ -14,9 +14,9 @@ pub(crate) enum PrependScheme {
     Never,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) enum PreTokenizer {
-    Sequence(Vec<PreTokenizer>),
+/// One pre-tokenization step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stage {
     WhitespaceSplit,
     Bert,
     Metaspace {
@@ -24,12 +24,19 @@ pub(crate) enum PreTokenizer {
         prepend: PrependScheme,
         split: bool,
     },
-    /// `Sequence[WhitespaceSplit, Metaspace]` (XLM-RoBERTa) in one pass.
+    /// `WhitespaceSplit` then `Metaspace` (XLM-RoBERTa) in one pass.
     WhitespaceMetaspace {
         replacement: char,
         prepend: PrependScheme,
         split: bool,
     },
+}
+
+/// A pre-tokenizer: its stages in order, nested sequences flattened. With
+/// no stages, each text is one word.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PreTokenizer {
+    stages: Vec<Stage>,
 }
 
 /// One word: a byte range of [`Words::text`] and where its original text
@@ -96,41 +103,45 @@ impl Words {
 }
 
 impl PreTokenizer {
-    /// Flattens nested sequences and fuses stages that have a one-pass
-    /// equivalent.
-    pub(crate) fn optimized(self) -> Self {
-        let mut stages = Vec::new();
-        self.flatten_into(&mut stages);
-        match stages.as_slice() {
-            [Self::WhitespaceSplit, Self::Metaspace {
-                replacement,
-                prepend,
-                split,
-            }] => Self::WhitespaceMetaspace {
-                replacement: *replacement,
-                prepend: *prepend,
-                split: *split,
-            },
-            [_] => stages.pop().expect("one stage"),
-            _ => Self::Sequence(stages),
+    /// Runs `stages` in order, fusing each `WhitespaceSplit` followed by a
+    /// `Metaspace` into one pass.
+    pub(crate) fn new(stages: Vec<Stage>) -> Self {
+        let mut fused = Vec::with_capacity(stages.len());
+        let mut it = stages.into_iter().peekable();
+        while let Some(stage) = it.next() {
+            match (&stage, it.peek()) {
+                (
+                    Stage::WhitespaceSplit,
+                    Some(&Stage::Metaspace {
+                        replacement,
+                        prepend,
+                        split,
+                    }),
+                ) => {
+                    it.next();
+                    fused.push(Stage::WhitespaceMetaspace {
+                        replacement,
+                        prepend,
+                        split,
+                    });
+                }
+                _ => fused.push(stage),
+            }
         }
-    }
-
-    fn flatten_into(self, out: &mut Vec<Self>) {
-        match self {
-            Self::Sequence(all) => all.into_iter().for_each(|p| p.flatten_into(out)),
-            other => out.push(other),
-        }
+        Self { stages: fused }
     }
 
     /// Pre-tokenizes `src[range]` into `out`, using `spare` as the other
-    /// buffer between stages. Without a pre-tokenizer (`None`), the range
-    /// is one word.
-    pub(crate) fn run(this: Option<&Self>, src: &NormBuf, range: std::ops::Range<usize>, out: &mut Words, spare: &mut Words) {
+    /// buffer between stages.
+    pub(crate) fn run(&self, src: &NormBuf, range: std::ops::Range<usize>, out: &mut Words, spare: &mut Words) {
         out.clear();
         if range.is_empty() {
             return;
         }
+        let Some((head, rest)) = self.stages.split_first() else {
+            out.push_slice(&src.text, &src.align, range);
+            return;
+        };
         let first = [Word {
             start: range.start as u32,
             end: range.end as u32,
@@ -141,42 +152,19 @@ impl PreTokenizer {
             align: &src.align,
             words: &first,
         };
-        let stages = match this {
-            None => {
-                out.push_slice(input.text, input.align, range);
-                return;
-            }
-            Some(Self::Sequence(all)) => all.as_slice(),
-            Some(one) => std::slice::from_ref(one),
-        };
-        let Some((head, rest)) = stages.split_first() else {
-            out.push_slice(input.text, input.align, range);
-            return;
-        };
-        head.stage(input, out);
+        head.run(input, out);
         for stage in rest {
             std::mem::swap(out, spare);
-            stage.stage(spare.view(), out);
+            stage.run(spare.view(), out);
         }
     }
+}
 
-    /// Runs one (non-sequence) stage from `src` into `dst`.
-    fn stage(&self, src: View, dst: &mut Words) {
+impl Stage {
+    /// Runs this stage from `src` into `dst`.
+    fn run(&self, src: View, dst: &mut Words) {
         dst.clear();
         match self {
-            // Sequences are flattened at load; an unflattened one still works.
-            Self::Sequence(all) => {
-                let mut a = Words::default();
-                let mut b = Words::default();
-                a.text.push_str(src.text);
-                a.align.extend_from_slice(src.align);
-                a.words.extend_from_slice(src.words);
-                for p in all {
-                    p.stage(a.view(), &mut b);
-                    std::mem::swap(&mut a, &mut b);
-                }
-                *dst = a;
-            }
             Self::WhitespaceSplit => split_into(src, dst, |c| {
                 if chars::is_whitespace(c) {
                     Cut::Remove
@@ -267,7 +255,6 @@ fn metaspace_into(
     prepend: PrependScheme,
     split: bool,
 ) {
-    dst.clear();
     let mut rep_buf = [0u8; 4];
     let rep: &str = replacement.encode_utf8(&mut rep_buf);
     for w in src.words {
@@ -327,7 +314,6 @@ fn whitespace_metaspace_into(
     prepend: PrependScheme,
     split: bool,
 ) {
-    dst.clear();
     let mut rep_buf = [0u8; 4];
     let rep: &str = replacement.encode_utf8(&mut rep_buf);
     for w in src.words {
@@ -391,5 +377,49 @@ fn whitespace_metaspace_into(
             }
             i += len;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(p: &PreTokenizer, text: &str) -> Vec<(String, u32)> {
+        let mut src = NormBuf::default();
+        src.set(text, 0);
+        let (mut out, mut spare) = (Words::default(), Words::default());
+        p.run(&src, 0..text.len(), &mut out, &mut spare);
+        out.words.iter().map(|w| (out.word(w).to_owned(), w.shift)).collect()
+    }
+
+    fn meta(prepend: PrependScheme, split: bool) -> Stage {
+        Stage::Metaspace {
+            replacement: '▁',
+            prepend,
+            split,
+        }
+    }
+
+    /// The fused pass gives what the two stages give.
+    #[test]
+    fn fused_whitespace_metaspace_equals_the_stages() {
+        for prepend in [PrependScheme::Always, PrependScheme::First, PrependScheme::Never] {
+            for split in [true, false] {
+                let fused = PreTokenizer::new(vec![Stage::WhitespaceSplit, meta(prepend, split)]);
+                assert!(matches!(fused.stages[..], [Stage::WhitespaceMetaspace { .. }]));
+                let mut stages = PreTokenizer::new(vec![Stage::WhitespaceSplit]);
+                stages.stages.push(meta(prepend, split));
+                for text in ["", " ", "Hello  world", " lead", "a▁b ▁c▁▁", "x\u{3000}y\tz", "▁"] {
+                    assert_eq!(words(&fused, text), words(&stages, text), "{prepend:?} {split} {text:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bert_isolates_punctuation() {
+        let p = PreTokenizer::new(vec![Stage::Bert]);
+        let got: Vec<String> = words(&p, "Hi, there!! ok").into_iter().map(|w| w.0).collect();
+        assert_eq!(got, ["Hi", ",", "there", "!", "!", "ok"]);
     }
 }
