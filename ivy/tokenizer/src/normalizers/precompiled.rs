@@ -22,6 +22,14 @@ pub(crate) struct Precompiled {
     /// One bit per Basic Multilingual Plane char: set when the map has an
     /// entry for that char alone.
     mapped: Box<[u64; 1024]>,
+    /// One bit per BMP char: set when some longer entry starts with it.
+    prefix: Box<[u64; 1024]>,
+}
+
+#[inline]
+fn bit(set: &[u64; 1024], c: char) -> bool {
+    let u = c as usize;
+    u <= 0xFFFF && set[u / 64] & (1 << (u % 64)) != 0
 }
 
 /// A char that ends its grapheme unless the next char extends it.
@@ -69,6 +77,13 @@ fn grapheme_flags() -> &'static [u8] {
     })
 }
 
+/// Whether a grapheme starts at byte `pos` of `text`.
+fn is_boundary(text: &str, pos: usize) -> bool {
+    let mut cursor = unicode_segmentation::GraphemeCursor::new(pos, text.len(), true);
+    // The whole text is the chunk, so no context is ever missing.
+    cursor.is_boundary(text, 0).unwrap_or(true)
+}
+
 /// The length of the grapheme starting at `pos` when it is a single char
 /// the tables can vouch for.
 #[inline]
@@ -105,6 +120,7 @@ impl Precompiled {
             normalized,
             ascii: [None; 128],
             mapped: Box::new([0; 1024]),
+            prefix: Box::new([0; 1024]),
         };
         for b in 0..128u8 {
             p.ascii[b as usize] = p.lookup(&[b]);
@@ -112,12 +128,40 @@ impl Precompiled {
         let mut buf = [0u8; 4];
         for u in 0..=0xFFFFu32 {
             if let Some(c) = char::from_u32(u) {
-                if p.lookup(c.encode_utf8(&mut buf).as_bytes()).is_some() {
+                let key = c.encode_utf8(&mut buf).as_bytes();
+                if p.lookup(key).is_some() {
                     p.mapped[u as usize / 64] |= 1 << (u % 64);
+                }
+                if p.walk(key).is_some_and(|node| p.has_children(node)) {
+                    p.prefix[u as usize / 64] |= 1 << (u % 64);
                 }
             }
         }
         Ok(p)
+    }
+
+    /// The node reached by all of `key` (no NUL bytes), if any.
+    fn walk(&self, key: &[u8]) -> Option<usize> {
+        let offset = |u: u32| ((u >> 10) << ((u & (1 << 9)) >> 6)) as usize;
+        let mut pos = offset(*self.units.first()?);
+        for &c in key {
+            pos ^= c as usize;
+            let u = *self.units.get(pos)?;
+            if u & ((1 << 31) | 0xFF) != c as u32 {
+                return None;
+            }
+            pos ^= offset(u);
+        }
+        Some(pos)
+    }
+
+    /// Whether any entry continues past `node`.
+    fn has_children(&self, node: usize) -> bool {
+        (1..=255usize).any(|c| {
+            self.units
+                .get(node ^ c)
+                .is_some_and(|&u| u & ((1 << 31) | 0xFF) == c as u32)
+        })
     }
 
     /// The first (shortest) mapped prefix of `key`, as a range of the blob.
@@ -163,6 +207,11 @@ impl Precompiled {
         let changes = &mut w.changes;
         changes.clear();
         let mut pos = 0;
+        // Whether `pos` is known to start a grapheme. A char that the map
+        // neither maps nor starts a longer entry with is left as it is
+        // wherever it stands in its grapheme, so it is passed without
+        // segmenting, and the next position's status becomes unknown.
+        let mut at_boundary = true;
         while pos < bytes.len() {
             let b = bytes[pos];
             let single_ascii = b < 0x80
@@ -188,18 +237,49 @@ impl Precompiled {
                     }
                 }
                 pos += 1;
+                at_boundary = true;
+                continue;
+            }
+            let c = text[pos..].chars().next().unwrap_or('\0');
+            if b >= 0x80 && !bit(&self.mapped, c) && !bit(&self.prefix, c) && (c as u32) <= 0xFFFF {
+                if modified {
+                    changes.push((c, 0));
+                }
+                pos += c.len_utf8();
+                at_boundary = false;
                 continue;
             }
             if let Some((c, len)) = single_char_grapheme(text, pos, flags) {
-                let u = c as usize;
-                if self.mapped[u / 64] & (1 << (u % 64)) == 0 {
+                if !bit(&self.mapped, c) {
                     if modified {
                         changes.push((c, 0));
                     }
                     pos += len;
+                    at_boundary = true;
                     continue;
                 }
             }
+            if !at_boundary && !is_boundary(text, pos) {
+                // Inside a grapheme: this char is looked up on its own.
+                let part = &text[pos..pos + c.len_utf8()];
+                match self.lookup(part.as_bytes()) {
+                    Some(r) => {
+                        if !modified {
+                            modified = true;
+                            changes.extend(text[..pos].chars().map(|c| (c, 0)));
+                        }
+                        replace(changes, part, self.replacement(r));
+                    }
+                    None => {
+                        if modified {
+                            changes.push((c, 0));
+                        }
+                    }
+                }
+                pos += part.len();
+                continue;
+            }
+            at_boundary = true;
             let grapheme = text[pos..].graphemes(true).next().unwrap_or(&text[pos..]);
             if grapheme.len() < 6 {
                 if let Some(r) = self.lookup(grapheme.as_bytes()) {
