@@ -29,12 +29,21 @@ impl NormBuf {
         self.text.push_str(s);
         self.align.clear();
         self.align.reserve(s.len());
-        for (i, c) in s.char_indices() {
-            let start = base + i as u32;
-            let a = (start, start + c.len_utf8() as u32);
-            for _ in 0..c.len_utf8() {
-                self.align.push(a);
+        // Byte by byte: a lead byte opens a char, whose range every byte of
+        // it gets (no decoding needed).
+        let mut current = (base, base);
+        for (i, &b) in s.as_bytes().iter().enumerate() {
+            if b & 0xC0 != 0x80 {
+                let len = match b {
+                    0x00..=0x7F => 1,
+                    0xC0..=0xDF => 2,
+                    0xE0..=0xEF => 3,
+                    _ => 4,
+                };
+                let start = base + i as u32;
+                current = (start, start + len);
             }
+            self.align.push(current);
         }
         self.orig = (base, base + s.len() as u32);
     }

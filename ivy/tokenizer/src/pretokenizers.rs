@@ -303,6 +303,12 @@ fn metaspace_into(
     }
 }
 
+/// The first UTF-8 byte of every non-ASCII whitespace char (U+0085,
+/// U+00A0, U+1680, U+2000–U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
+const WHITESPACE_LEADS: [u8; 4] = [0xC2, 0xE1, 0xE2, 0xE3];
+/// Stands for a char that is neither whitespace nor the replacement.
+const OTHER: char = '\u{FFFF}';
+
 /// `WhitespaceSplit` then `Metaspace` in one pass: whitespace ends a word
 /// (words hold no spaces, so nothing is replaced), each word gets the
 /// prefix as the scheme says, and with `split` each `replacement` in a word
@@ -329,11 +335,19 @@ fn whitespace_metaspace_into(
         while i <= bytes.len() {
             let (c, len) = if i == bytes.len() {
                 (' ', 0)
-            } else if bytes[i] < 0x80 {
-                (bytes[i] as char, 1)
             } else {
-                let c = text[i..].chars().next().unwrap_or(' ');
-                (c, c.len_utf8())
+                match bytes[i] {
+                    b @ 0x00..=0x7F => (b as char, 1),
+                    // Only these lead bytes start a whitespace char or the
+                    // replacement: other chars are passed by length.
+                    b if WHITESPACE_LEADS.contains(&b) || b == rep.as_bytes()[0] => {
+                        let c = text[i..].chars().next().unwrap_or(' ');
+                        (c, c.len_utf8())
+                    }
+                    b if b < 0xE0 => (OTHER, 2),
+                    b if b < 0xF0 => (OTHER, 3),
+                    _ => (OTHER, 4),
+                }
             };
             let space = i == bytes.len() || chars::is_whitespace(c);
             let starts_word = !space && open.is_none();
@@ -414,6 +428,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn whitespace_lead_bytes_cover_every_whitespace_char() {
+        for c in (0x80..=0x10FFFFu32).filter_map(char::from_u32) {
+            if chars::is_whitespace(c) {
+                let mut buf = [0u8; 4];
+                let lead = c.encode_utf8(&mut buf).as_bytes()[0];
+                assert!(WHITESPACE_LEADS.contains(&lead), "{c:?}");
+            }
+        }
+        assert!(!chars::is_whitespace(OTHER));
     }
 
     #[test]
