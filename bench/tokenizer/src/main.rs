@@ -114,9 +114,10 @@ fn compare(
         let t = Instant::now();
         ours.encode_into(text, opts, enc).unwrap();
         let d = t.elapsed().as_nanos() as u64;
+        let allocs = ALLOCS.load(Ordering::Relaxed) - a0;
         if record {
             t_ours.push(d);
-            ours_allocs += ALLOCS.load(Ordering::Relaxed) - a0;
+            ours_allocs += allocs;
         }
     };
     let mut time_hf = |text: &String, record: bool| {

@@ -467,7 +467,7 @@ fn build_added(
         .map(|(id, token)| {
             let pattern = match normalizer {
                 Some(n) if token.normalized => {
-                    work.cur.set(&token.content, 0);
+                    work.load(&token.content, 0);
                     n.normalize(&mut work);
                     work.cur.text.clone()
                 }

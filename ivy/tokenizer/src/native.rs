@@ -179,7 +179,7 @@ impl Native {
             }
             Segment::Text(r) if r.is_empty() => Ok(()),
             Segment::Text(r) => {
-                sc.work.cur.set(&text[r.clone()], r.start as u32);
+                sc.work.load(&text[r.clone()], r.start as u32);
                 if let Some(n) = &self.normalizer {
                     n.normalize(&mut sc.work);
                 }

@@ -201,6 +201,18 @@ pub(crate) struct Work {
 }
 
 impl Work {
+    /// Starts from original text `s` found at byte `base` of the input.
+    /// The spare buffer grows with the current one: which of the two holds
+    /// the text after a run of transforms depends on the input, and both
+    /// must be large enough after one warm-up pass.
+    pub(crate) fn load(&mut self, s: &str, base: u32) {
+        self.cur.set(s, base);
+        self.tmp.text.clear();
+        self.tmp.align.clear();
+        self.tmp.text.reserve(s.len());
+        self.tmp.align.reserve(s.len());
+    }
+
     /// Applies `self.changes` to the whole string.
     pub(crate) fn apply_changes(&mut self, initial_offset: usize) {
         self.cur
