@@ -21,11 +21,11 @@ mod load;
 mod native;
 mod normalized;
 mod normalizers;
-mod pieces;
 mod postprocess;
 mod pretokenizers;
 mod trie;
 mod unigram;
+mod vocab;
 mod wordpiece;
 
 pub use batch::char_offsets;

@@ -427,7 +427,7 @@ fn build_added(
     model: &Model,
     normalizer: Option<&Normalizer>,
 ) -> std::result::Result<AddedVocab, Unsupported> {
-    let mut next_id = model.vocab_size() as u32;
+    let mut next_id = model.vocab().len() as u32;
     let mut by_content: HashMap<String, u32> = HashMap::new();
     let mut by_id: BTreeMap<u32, AddedToken> = BTreeMap::new();
     for t in tokens {
@@ -450,7 +450,7 @@ fn build_added(
         let id = match by_content
             .get(&token.content)
             .copied()
-            .or_else(|| model.token_to_id(&token.content))
+            .or_else(|| model.vocab().token_to_id(&token.content))
         {
             Some(id) => id,
             None => {

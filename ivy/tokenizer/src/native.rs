@@ -8,6 +8,7 @@ use crate::normalized::Work;
 use crate::normalizers::Normalizer;
 use crate::postprocess::{keep_range, longest_first, Seq, Template};
 use crate::pretokenizers::{PreTokenizer, Words};
+use crate::vocab::Vocab;
 use crate::{unigram, EncodeOptions, Encoding, Result};
 
 /// The tokenization model.
@@ -18,32 +19,19 @@ pub(crate) enum Model {
 }
 
 impl Model {
-    pub(crate) fn token_to_id(&self, token: &str) -> Option<u32> {
+    pub(crate) fn vocab(&self) -> &Vocab {
         match self {
-            Self::Unigram(m) => m.token_to_id(token),
-            Self::WordPiece(m) => m.token_to_id(token),
-        }
-    }
-
-    pub(crate) fn id_to_token(&self, id: u32) -> Option<&str> {
-        match self {
-            Self::Unigram(m) => m.id_to_token(id),
-            Self::WordPiece(m) => m.id_to_token(id),
-        }
-    }
-
-    pub(crate) fn vocab_size(&self) -> usize {
-        match self {
-            Self::Unigram(m) => m.vocab_size(),
-            Self::WordPiece(m) => m.vocab_size(),
+            Self::Unigram(m) => m.vocab(),
+            Self::WordPiece(m) => m.vocab(),
         }
     }
 
     fn memory_bytes(&self) -> usize {
-        match self {
-            Self::Unigram(m) => m.memory_bytes(),
-            Self::WordPiece(m) => m.memory_bytes(),
-        }
+        self.vocab().memory_bytes()
+            + match self {
+                Self::Unigram(m) => m.extra_memory_bytes(),
+                Self::WordPiece(_) => 0,
+            }
     }
 }
 
@@ -84,17 +72,17 @@ impl Native {
     }
 
     pub(crate) fn vocab_size(&self) -> usize {
-        let base = self.model.vocab_size();
+        let base = self.model.vocab().len();
         let extra = self
             .added
             .ids()
-            .filter(|(_, content)| self.model.token_to_id(content).is_none())
+            .filter(|(_, content)| self.model.vocab().token_to_id(content).is_none())
             .count();
         base + extra
     }
 
     pub(crate) fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.added.id_to_token(id).or_else(|| self.model.id_to_token(id))
+        self.added.id_to_token(id).or_else(|| self.model.vocab().id_to_token(id))
     }
 
     pub(crate) fn num_special_tokens(&self, pair: bool) -> usize {

@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::pieces::Pieces;
-use crate::trie::{Trie, MAX_VALUE, NO_VALUE};
+use crate::trie::{State, Trie, NO_VALUE};
+use crate::vocab::Vocab;
 use crate::{Error, Result};
 
 /// Hugging Face's (and SentencePiece's) penalty for an unknown char.
@@ -19,7 +19,7 @@ const UNK_RUN: u32 = u32::MAX;
 
 #[derive(Debug)]
 pub(crate) struct Unigram {
-    trie: Trie,
+    vocab: Vocab,
     /// Scores by id, read (in bulk, off the walks' critical path) for the
     /// pieces the walks found.
     scores: Vec<f64>,
@@ -28,8 +28,6 @@ pub(crate) struct Unigram {
     /// Ids of `<0x00>` … `<0xFF>` when byte fallback is on and all exist.
     byte_ids: Option<Box<[u32; 256]>>,
     byte_fallback: bool,
-    pieces: Pieces,
-    size: usize,
     /// For each piece id: whether a word made of exactly that piece
     /// segments to the piece itself ([`WHOLE`]), or not ([`SPLIT`]), once
     /// some call has found out ([`UNKNOWN`] before).
@@ -82,53 +80,52 @@ impl Unigram {
                 )));
             }
         }
-        if vocab.len() > MAX_VALUE as usize {
-            return Err(Error::Invalid(format!("Unigram: {} pieces is too many", vocab.len())));
-        }
         if let Some((p, s)) = vocab.iter().find(|v| !v.1.is_finite()) {
             return Err(Error::Invalid(format!("Unigram: piece {p:?} has score {s}")));
         }
         let min_score = vocab.iter().map(|v| v.1).fold(f64::INFINITY, f64::min);
-        let trie = Trie::build(
-            vocab
-                .iter()
-                .enumerate()
-                .map(|(id, &(p, _))| (p.as_bytes(), id as u32)),
-        );
+        let ids: Vec<(&str, u32)> = vocab.iter().enumerate().map(|(id, v)| (v.0, id as u32)).collect();
+        let vocab_ids = Vocab::new("Unigram", &ids)?;
         let mut byte_ids = Box::new([NO_VALUE; 256]);
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            *slot = trie.get(format!("<0x{b:02X}>").as_bytes()).unwrap_or(NO_VALUE);
+            *slot = vocab_ids.token_to_id(&format!("<0x{b:02X}>")).unwrap_or(NO_VALUE);
         }
         Ok(Self {
+            vocab: vocab_ids,
             scores: vocab.iter().map(|v| v.1).collect(),
             unk_id: unk_id.map(|u| u as u32),
             unk_score: min_score - UNK_PENALTY,
             byte_ids: byte_fallback.then_some(byte_ids),
             byte_fallback,
-            pieces: Pieces::new(vocab.iter().enumerate().map(|(i, v)| (i as u32, v.0))),
-            size: vocab.len(),
             whole: (0..vocab.len()).map(|_| AtomicU8::new(UNKNOWN)).collect(),
-            trie,
         })
     }
 
-    pub(crate) fn vocab_size(&self) -> usize {
-        self.size
+    pub(crate) fn vocab(&self) -> &Vocab {
+        &self.vocab
     }
 
-    pub(crate) fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.trie.get(token.as_bytes())
+    /// Bytes held beyond the vocabulary: scores and the single-piece memo.
+    pub(crate) fn extra_memory_bytes(&self) -> usize {
+        self.scores.len() * 8 + self.whole.len()
     }
 
-    pub(crate) fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id)
+    /// One step of a walk: from `state` on `byte` (none past the word).
+    #[inline(always)]
+    fn step(&self, state: State, byte: Option<&u8>) -> Option<State> {
+        byte.and_then(|&b| self.vocab.trie.next(state, b))
     }
 
-    pub(crate) fn memory_bytes(&self) -> usize {
-        self.trie.memory_bytes()
-            + self.pieces.memory_bytes()
-            + self.scores.len() * 8
-            + self.whole.len()
+    /// The piece ending at `state`, if any; asks for its score's cache
+    /// line right away (it is read once the walks are done).
+    #[inline(always)]
+    fn piece_at(&self, state: State) -> Option<u32> {
+        let id = self.vocab.trie.value(state);
+        if id == NO_VALUE {
+            return None;
+        }
+        prefetch(&self.scores[id as usize]);
+        Some(id)
     }
 
     /// Tokenizes the non-empty `words` in order; calls `emit(word, id,
@@ -145,7 +142,7 @@ impl Unigram {
         sc: &mut Scratch,
         mut emit: impl FnMut(usize, u32, u32, u32),
     ) -> Result<()> {
-        let stride = self.trie.max_key_len() + 1;
+        let stride = self.vocab.trie.max_key_len() + 1;
         sc.found.resize(stride * LANES, (0, 0));
         sc.first.resize(stride * LANES, (0, 0));
         let mut words = words.enumerate().peekable();
@@ -171,22 +168,17 @@ impl Unigram {
                 while i < active {
                     let (lane, state, p) = walks[i];
                     let bytes = group[lane].1;
-                    let next = match bytes.get(p) {
-                        Some(&b) => self.trie.next(state, b),
-                        None => None,
-                    };
+                    let next = self.step(state, bytes.get(p));
                     let Some(t) = next else {
                         if p == bytes.len() {
-                            piece[lane] = Some(self.trie.value(state)).filter(|&id| id != NO_VALUE);
+                            piece[lane] = Some(self.vocab.trie.value(state)).filter(|&id| id != NO_VALUE);
                         }
                         active -= 1;
                         walks[i] = walks[active];
                         continue;
                     };
                     walks[i] = (lane, t, p + 1);
-                    let id = self.trie.value(t);
-                    if id != NO_VALUE {
-                        prefetch(&self.scores[id as usize]);
+                    if let Some(id) = self.piece_at(t) {
                         sc.first[lane * stride + count[lane]] = (p as u32 + 1, id);
                         count[lane] += 1;
                     }
@@ -281,7 +273,7 @@ impl Unigram {
     /// are at the start of `sc.found` (lane 0).
     fn forward(&self, bytes: &[u8], first_walk: usize, sc: &mut Scratch) -> Result<()> {
         let n = bytes.len();
-        let stride = self.trie.max_key_len() + 1;
+        let stride = self.vocab.trie.max_key_len() + 1;
         let found = &mut sc.found[..];
         let best = &mut sc.best[..];
         let mut pos = 0;
@@ -310,19 +302,14 @@ impl Unigram {
                 let mut i = 0;
                 while i < active {
                     let (lane, state, p) = walks[i];
-                    let next = match bytes.get(p) {
-                        Some(&b) => self.trie.next(state, b),
-                        None => None,
-                    };
+                    let next = self.step(state, bytes.get(p));
                     let Some(t) = next else {
                         active -= 1;
                         walks[i] = walks[active];
                         continue;
                     };
                     walks[i] = (lane, t, p + 1);
-                    let id = self.trie.value(t);
-                    if id != NO_VALUE {
-                        prefetch(&self.scores[id as usize]);
+                    if let Some(id) = self.piece_at(t) {
                         found[lane * stride + count[lane]] = (p as u32 + 1, id);
                         count[lane] += 1;
                     }
@@ -368,7 +355,7 @@ impl Unigram {
     /// A fused unknown run: its own id if the vocabulary has it, else bytes
     /// (with byte fallback, when every byte piece exists), else unk.
     fn emit_unknown(&self, text: &[u8], s: u32, e: u32, emit: &mut impl FnMut(u32, u32, u32)) -> Result<()> {
-        if let Some(id) = self.trie.get(text) {
+        if let Some(id) = self.vocab.trie.get(text) {
             emit(id, s, e);
             return Ok(());
         }

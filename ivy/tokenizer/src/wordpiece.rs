@@ -2,21 +2,19 @@
 //! vocabulary, continuation pieces carrying a prefix (`##`); a word that
 //! cannot be covered, or is too long, becomes one unknown token.
 
-use crate::pieces::Pieces;
-use crate::trie::{State, Trie, MAX_VALUE};
+use crate::trie::{State, Trie};
+use crate::vocab::Vocab;
 use crate::{Error, Result};
 
 #[derive(Debug)]
 pub(crate) struct WordPiece {
-    trie: Trie,
+    vocab: Vocab,
     /// The state after the continuation prefix: continuation pieces are
     /// looked up from here. `None` when no piece starts with the prefix.
     continuation: Option<State>,
     unk_token: String,
     unk_id: Option<u32>,
     max_input_chars_per_word: usize,
-    pieces: Pieces,
-    size: usize,
 }
 
 /// Reusable buffer for one word's tokens `(id, start, end)`.
@@ -29,37 +27,20 @@ impl WordPiece {
         continuing_subword_prefix: &str,
         max_input_chars_per_word: usize,
     ) -> Result<Self> {
-        if let Some((p, id)) = vocab.iter().find(|v| v.1 > MAX_VALUE) {
-            return Err(Error::Invalid(format!("WordPiece: id {id} of {p:?} is too large")));
-        }
-        let trie = Trie::build(vocab.iter().map(|&(p, id)| (p.as_bytes(), id)));
-        let continuation = trie.walk(Trie::ROOT, continuing_subword_prefix.as_bytes());
-        let unk_id = trie.get(unk_token.as_bytes());
+        let vocab = Vocab::new("WordPiece", vocab)?;
+        let continuation = vocab.trie.walk(Trie::ROOT, continuing_subword_prefix.as_bytes());
+        let unk_id = vocab.token_to_id(&unk_token);
         Ok(Self {
+            vocab,
             continuation,
             unk_token,
             unk_id,
             max_input_chars_per_word,
-            pieces: Pieces::new(vocab.iter().map(|&(p, id)| (id, p))),
-            size: vocab.len(),
-            trie,
         })
     }
 
-    pub(crate) fn vocab_size(&self) -> usize {
-        self.size
-    }
-
-    pub(crate) fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.trie.get(token.as_bytes())
-    }
-
-    pub(crate) fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.pieces.get(id)
-    }
-
-    pub(crate) fn memory_bytes(&self) -> usize {
-        self.trie.memory_bytes() + self.pieces.memory_bytes()
+    pub(crate) fn vocab(&self) -> &Vocab {
+        &self.vocab
     }
 
     fn unk(&self) -> Result<u32> {
@@ -99,16 +80,16 @@ impl WordPiece {
             let mut found = None;
             if let Some(mut state) = from {
                 for (i, &b) in bytes[start..].iter().enumerate() {
-                    let Some(next) = self.trie.next(state, b) else {
+                    let Some(next) = self.vocab.trie.next(state, b) else {
                         break;
                     };
                     state = next;
-                    if self.trie.is_key(state) {
+                    if self.vocab.trie.is_key(state) {
                         found = Some((state, start + i + 1));
                     }
                 }
             }
-            let found = found.map(|(state, end)| (self.trie.value(state), end));
+            let found = found.map(|(state, end)| (self.vocab.trie.value(state), end));
             let Some((id, end)) = found else {
                 emit(self.unk()?, 0, n as u32);
                 return Ok(());
