@@ -194,7 +194,9 @@ impl Tokenizer {
     }
 
     /// Tokenizes a (query, document) pair for cross-encoders. When too long,
-    /// the longer side loses tokens first (Hugging Face's `longest_first`).
+    /// the longer side loses tokens first: Hugging Face's `longest_first`,
+    /// exactly as `tokenizers` applies it with truncation on (each side's
+    /// length counted up to the word that reaches `max_length`).
     pub fn encode_pair(&self, a: &str, b: &str, opts: &EncodeOptions) -> Result<Encoding> {
         let mut out = Encoding::default();
         self.encode_pair_into(a, Some(b), opts, &mut out)?;
