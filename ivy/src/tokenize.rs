@@ -95,7 +95,12 @@ fn tokenize_parallel(
 }
 
 /// Adds one encoding, or refuses an input that was cut without consent.
-fn append(out: &mut Tokenized, i: usize, enc: &Encoding, truncation: Truncation) -> Result<(), ApiError> {
+fn append(
+    out: &mut Tokenized,
+    i: usize,
+    enc: &Encoding,
+    truncation: Truncation,
+) -> Result<(), ApiError> {
     if enc.truncated() && !truncation.enabled {
         return Err(ApiError::validation(
             "input",
@@ -133,7 +138,12 @@ mod tests {
     fn parallel_matches_inline() {
         let tok = minilm();
         let texts: Vec<String> = (0..300)
-            .map(|i| format!("sentence number {i} with some words {}", "and more ".repeat(i % 40)))
+            .map(|i| {
+                format!(
+                    "sentence number {i} with some words {}",
+                    "and more ".repeat(i % 40)
+                )
+            })
             .collect();
         let t = truncation(64, true);
         let a = tokenize_inline(&tok, &texts, t).unwrap();

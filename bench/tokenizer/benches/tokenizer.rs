@@ -14,7 +14,13 @@ fn pair(name: &str) -> (Tokenizer, tokenizers::Tokenizer) {
     (Tokenizer::from_file(&path).unwrap(), hf)
 }
 
-fn group(c: &mut Criterion, name: &str, ours: &Tokenizer, hf: &tokenizers::Tokenizer, inputs: &[String]) {
+fn group(
+    c: &mut Criterion,
+    name: &str,
+    ours: &Tokenizer,
+    hf: &tokenizers::Tokenizer,
+    inputs: &[String],
+) {
     let opts = EncodeOptions::default();
     let mut g = c.benchmark_group(name);
     let mut enc = Encoding::default();
@@ -41,9 +47,27 @@ fn benches(c: &mut Criterion) {
     let ml = multilingual();
     let en = english();
     group(c, "xlmr_queries", &xlmr, &xlmr_hf, &queries(&xlmr, &ml));
-    group(c, "xlmr_documents", &xlmr, &xlmr_hf, &documents(&xlmr, &ml, 16));
-    group(c, "wordpiece_queries", &bert, &bert_hf, &queries(&bert, &en));
-    group(c, "wordpiece_documents", &bert, &bert_hf, &documents(&bert, &en, 16));
+    group(
+        c,
+        "xlmr_documents",
+        &xlmr,
+        &xlmr_hf,
+        &documents(&xlmr, &ml, 16),
+    );
+    group(
+        c,
+        "wordpiece_queries",
+        &bert,
+        &bert_hf,
+        &queries(&bert, &en),
+    );
+    group(
+        c,
+        "wordpiece_documents",
+        &bert,
+        &bert_hf,
+        &documents(&bert, &en, 16),
+    );
 }
 
 criterion_group!(tokenizer, benches);

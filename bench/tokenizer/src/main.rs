@@ -104,7 +104,11 @@ fn compare(
     for text in inputs {
         ours.encode_into(text, opts, &mut enc).unwrap();
         let want = hf.encode(text.as_str(), opts.add_special_tokens).unwrap();
-        assert_eq!(enc.ids, want.get_ids(), "{name}: outputs differ on {text:?}");
+        assert_eq!(
+            enc.ids,
+            want.get_ids(),
+            "{name}: outputs differ on {text:?}"
+        );
         check_tokens += enc.len();
     }
     let (mut t_ours, mut t_hf) = (Vec::new(), Vec::new());
@@ -226,7 +230,8 @@ fn load(name: &str) -> (Value, Tokenizer, tokenizers::Tokenizer) {
 }
 
 fn markdown(results: &[Value], loads: &[Value], command: &str, machine: &str) -> String {
-    let mut md = String::from("# Tokenizer: in-house vs Hugging Face `tokenizers` 0.23.2 (Rust crate)\n\n");
+    let mut md =
+        String::from("# Tokenizer: in-house vs Hugging Face `tokenizers` 0.23.2 (Rust crate)\n\n");
     md += &format!("Command: `{command}`\n\nMachine: {machine}. Single thread, both tokenizers in the same run on the same inputs and `tokenizer.json`, one warm-up round; latencies are per call (`Instant` around each call); outputs checked identical before timing. *rounds*: whole passes over the inputs alternate between the two (each has its own data warm in cache); *calls*: the two alternate call by call (each call finds the other's data in cache). Which goes first alternates by round.\n\n");
     md += "| workload | turns | inputs | mean tokens | ours p50 µs | ours p90 | ours p99 | HF p50 µs | HF p90 | HF p99 | p50 speedup | throughput ours / HF (tokens/s) | ours allocs/call |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
     for r in results {
@@ -274,7 +279,11 @@ fn main() {
     );
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let machine = format!(
         "{cpu}, {} cores available",
@@ -305,11 +314,29 @@ fn main() {
     xlmr_hf512.with_truncation(trunc.clone()).unwrap();
     let mut bert_hf512 = bert_hf.clone();
     bert_hf512.with_truncation(trunc).unwrap();
-    let workloads: [(&str, &Tokenizer, &tokenizers::Tokenizer, &[String], &EncodeOptions); 4] = [
+    let workloads: [(
+        &str,
+        &Tokenizer,
+        &tokenizers::Tokenizer,
+        &[String],
+        &EncodeOptions,
+    ); 4] = [
         ("XLM-R queries (10-30 tok)", &xlmr, &xlmr_hf, &xq, &plain),
-        ("XLM-R documents (~512 tok)", &xlmr, &xlmr_hf512, &xd, &to512),
+        (
+            "XLM-R documents (~512 tok)",
+            &xlmr,
+            &xlmr_hf512,
+            &xd,
+            &to512,
+        ),
         ("WordPiece queries", &bert, &bert_hf, &bq, &plain),
-        ("WordPiece documents (~512)", &bert, &bert_hf512, &bd, &to512),
+        (
+            "WordPiece documents (~512)",
+            &bert,
+            &bert_hf512,
+            &bd,
+            &to512,
+        ),
     ];
     let mut results = Vec::new();
     for turns in [Turns::Rounds, Turns::Calls] {
@@ -327,7 +354,15 @@ fn main() {
         "results": results,
         "load": loads,
     });
-    std::fs::write(args.out.join("tokenizer.json"), serde_json::to_string_pretty(&doc).unwrap()).unwrap();
-    std::fs::write(args.out.join("tokenizer.md"), markdown(&results, &loads, &command, &machine)).unwrap();
+    std::fs::write(
+        args.out.join("tokenizer.json"),
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        args.out.join("tokenizer.md"),
+        markdown(&results, &loads, &command, &machine),
+    )
+    .unwrap();
     println!("wrote {}", args.out.join("tokenizer.md").display());
 }

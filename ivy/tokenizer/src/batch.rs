@@ -19,7 +19,10 @@ impl Tokenizer {
     ) -> Result<Vec<Encoding>> {
         let bytes: usize = texts.iter().map(|t| t.as_ref().len()).sum();
         if bytes < PARALLEL_MIN_BYTES || texts.len() < 2 {
-            return texts.iter().map(|t| self.encode(t.as_ref(), opts)).collect();
+            return texts
+                .iter()
+                .map(|t| self.encode(t.as_ref(), opts))
+                .collect();
         }
         texts
             .par_iter()

@@ -72,8 +72,11 @@ impl HfTokenizer {
             .post_process(first, second, opts.add_special_tokens)
             .map_err(enc_err)?;
         out.ids.extend_from_slice(done.get_ids());
-        out.offsets
-            .extend(done.get_offsets().iter().map(|&(s, e)| (s as u32, e as u32)));
+        out.offsets.extend(
+            done.get_offsets()
+                .iter()
+                .map(|&(s, e)| (s as u32, e as u32)),
+        );
         out.special
             .extend(done.get_special_tokens_mask().iter().map(|&m| m != 0));
         Ok(())

@@ -262,7 +262,9 @@ fn unsupported(json: &[u8], err: serde_json::Error) -> Unsupported {
         kind: Option<String>,
     }
     match serde_json::from_slice::<Peek>(json) {
-        Ok(Peek { model: PeekModel { kind: Some(kind) } }) if kind != "Unigram" && kind != "WordPiece" => {
+        Ok(Peek {
+            model: PeekModel { kind: Some(kind) },
+        }) if kind != "Unigram" && kind != "WordPiece" => {
             format!("model type {kind}")
         }
         _ => err.to_string(),
@@ -272,7 +274,10 @@ fn unsupported(json: &[u8], err: serde_json::Error) -> Unsupported {
 fn build_model(m: ModelJson) -> std::result::Result<Model, Unsupported> {
     match (m.kind.as_deref(), m.vocab) {
         (Some("Unigram"), VocabJson::Scored(vocab)) => {
-            if m.unk_token.is_some() || m.continuing_subword_prefix.is_some() || m.max_input_chars_per_word.is_some() {
+            if m.unk_token.is_some()
+                || m.continuing_subword_prefix.is_some()
+                || m.max_input_chars_per_word.is_some()
+            {
                 return Err("Unigram model with WordPiece fields".into());
             }
             let vocab: Vec<(&str, f64)> = vocab.iter().map(|(p, s)| (p.as_ref(), *s)).collect();
@@ -284,9 +289,11 @@ fn build_model(m: ModelJson) -> std::result::Result<Model, Unsupported> {
             if m.unk_id.is_some() || m.byte_fallback.is_some() {
                 return Err("WordPiece model with Unigram fields".into());
             }
-            let (Some(unk), Some(prefix), Some(max_chars)) =
-                (m.unk_token, m.continuing_subword_prefix, m.max_input_chars_per_word)
-            else {
+            let (Some(unk), Some(prefix), Some(max_chars)) = (
+                m.unk_token,
+                m.continuing_subword_prefix,
+                m.max_input_chars_per_word,
+            ) else {
                 return Err("WordPiece model with missing fields".into());
             };
             let vocab: Vec<(&str, u32)> = vocab.iter().map(|(p, id)| (p.as_ref(), *id)).collect();
@@ -343,7 +350,10 @@ fn build_normalizer(n: NormalizerJson) -> std::result::Result<Normalizer, Unsupp
 }
 
 /// Appends the stages of `p` (sequences flattened) to `out`.
-fn collect_stages(p: PreTokenizerJson, out: &mut Vec<Stage>) -> std::result::Result<(), Unsupported> {
+fn collect_stages(
+    p: PreTokenizerJson,
+    out: &mut Vec<Stage>,
+) -> std::result::Result<(), Unsupported> {
     match p {
         PreTokenizerJson::WhitespaceSplit {} => out.push(Stage::WhitespaceSplit),
         PreTokenizerJson::BertPreTokenizer {} => out.push(Stage::Bert),
@@ -383,7 +393,11 @@ fn collect_stages(p: PreTokenizerJson, out: &mut Vec<Stage>) -> std::result::Res
 fn build_template(p: PostJson) -> std::result::Result<Template, Unsupported> {
     match p {
         PostJson::BertProcessing { sep, cls } => Ok(Template {
-            single: vec![Piece::Special(vec![cls.1]), Piece::A, Piece::Special(vec![sep.1])],
+            single: vec![
+                Piece::Special(vec![cls.1]),
+                Piece::A,
+                Piece::Special(vec![sep.1]),
+            ],
             pair: vec![
                 Piece::Special(vec![cls.1]),
                 Piece::A,
@@ -401,9 +415,15 @@ fn build_template(p: PostJson) -> std::result::Result<Template, Unsupported> {
                 pieces
                     .into_iter()
                     .map(|p| match p {
-                        PieceJson::Sequence { id: SequenceId::A, .. } => Ok(Piece::A),
-                        PieceJson::Sequence { id: SequenceId::B, .. } if allow_b => Ok(Piece::B),
-                        PieceJson::Sequence { .. } => Err("template uses $B for a single sequence".to_string()),
+                        PieceJson::Sequence {
+                            id: SequenceId::A, ..
+                        } => Ok(Piece::A),
+                        PieceJson::Sequence {
+                            id: SequenceId::B, ..
+                        } if allow_b => Ok(Piece::B),
+                        PieceJson::Sequence { .. } => {
+                            Err("template uses $B for a single sequence".to_string())
+                        }
                         PieceJson::SpecialToken { id, .. } => special_tokens
                             .get(&id)
                             .map(|t| Piece::Special(t.ids.clone()))

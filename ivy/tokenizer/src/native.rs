@@ -82,7 +82,9 @@ impl Native {
     }
 
     pub(crate) fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.added.id_to_token(id).or_else(|| self.model.vocab().id_to_token(id))
+        self.added
+            .id_to_token(id)
+            .or_else(|| self.model.vocab().id_to_token(id))
     }
 
     pub(crate) fn num_special_tokens(&self, pair: bool) -> usize {
@@ -135,8 +137,11 @@ impl Native {
                 Some(max) if out.untruncated_len > max => {
                     let dir = opts.direction;
                     let capped_b = pair.then(|| seq_b.early_stop_len(max, dir));
-                    let (ka, kb) =
-                        longest_first(seq_a.early_stop_len(max, dir), capped_b, max.saturating_sub(added));
+                    let (ka, kb) = longest_first(
+                        seq_a.early_stop_len(max, dir),
+                        capped_b,
+                        max.saturating_sub(added),
+                    );
                     (keep_range(len_a, ka, dir), keep_range(len_b, kb, dir))
                 }
                 _ => (0..len_a, 0..len_b),
@@ -204,7 +209,12 @@ impl Native {
         result
     }
 
-    fn encode_part(&self, sc: &mut Scratch, seq: &mut Seq, range: std::ops::Range<usize>) -> Result<()> {
+    fn encode_part(
+        &self,
+        sc: &mut Scratch,
+        seq: &mut Seq,
+        range: std::ops::Range<usize>,
+    ) -> Result<()> {
         self.pre_tokenizer
             .run(&sc.work.cur, range, &mut sc.words, &mut sc.spare);
         let words = &sc.words;
@@ -219,20 +229,26 @@ impl Native {
         match &self.model {
             Model::Unigram(m) => {
                 let mut current = None;
-                m.tokenize_words(words.words.iter().map(|w| words.word(w)), &mut sc.unigram, |w, id, s, e| {
-                    if current.is_some_and(|c| c != w) {
-                        seq.end_split(true);
-                    }
-                    current = Some(w);
-                    seq.push(id, convert(w, s, e));
-                })?;
+                m.tokenize_words(
+                    words.words.iter().map(|w| words.word(w)),
+                    &mut sc.unigram,
+                    |w, id, s, e| {
+                        if current.is_some_and(|c| c != w) {
+                            seq.end_split(true);
+                        }
+                        current = Some(w);
+                        seq.push(id, convert(w, s, e));
+                    },
+                )?;
                 if current.is_some() {
                     seq.end_split(true);
                 }
             }
             Model::WordPiece(m) => {
                 for (i, w) in words.words.iter().enumerate() {
-                    m.tokenize(words.word(w), &mut sc.wordpiece, |id, s, e| seq.push(id, convert(i, s, e)))?;
+                    m.tokenize(words.word(w), &mut sc.wordpiece, |id, s, e| {
+                        seq.push(id, convert(i, s, e))
+                    })?;
                     seq.end_split(true);
                 }
             }

@@ -253,7 +253,8 @@ impl Work {
     /// Hugging Face's `map`: replaces each char by `f(char)`.
     pub(crate) fn map(&mut self, f: impl Fn(char) -> char) {
         self.changes.clear();
-        self.changes.extend(self.cur.text.chars().map(|c| (f(c), 0)));
+        self.changes
+            .extend(self.cur.text.chars().map(|c| (f(c), 0)));
         self.apply_changes(0);
     }
 

@@ -106,7 +106,11 @@ impl Template {
         add_special: bool,
         out: &mut Encoding,
     ) {
-        let pieces = if b.is_some() { &self.pair } else { &self.single };
+        let pieces = if b.is_some() {
+            &self.pair
+        } else {
+            &self.single
+        };
         for p in pieces {
             let seq = match p {
                 Piece::A => Some(&a),

@@ -133,7 +133,13 @@ impl PreTokenizer {
 
     /// Pre-tokenizes `src[range]` into `out`, using `spare` as the other
     /// buffer between stages.
-    pub(crate) fn run(&self, src: &NormBuf, range: std::ops::Range<usize>, out: &mut Words, spare: &mut Words) {
+    pub(crate) fn run(
+        &self,
+        src: &NormBuf,
+        range: std::ops::Range<usize>,
+        out: &mut Words,
+        spare: &mut Words,
+    ) {
         out.clear();
         if range.is_empty() {
             return;
@@ -261,7 +267,10 @@ fn metaspace_into(
         let (ws, we) = (w.start as usize, w.end as usize);
         let text = &src.text[ws..we];
         // Hugging Face checks the first char after spaces were replaced.
-        let first = text.chars().next().map(|c| if c == ' ' { replacement } else { c });
+        let first = text
+            .chars()
+            .next()
+            .map(|c| if c == ' ' { replacement } else { c });
         let starts_with_rep = first == Some(replacement);
         let add = match prepend {
             PrependScheme::Always => !starts_with_rep,
@@ -403,7 +412,10 @@ mod tests {
         src.set(text, 0);
         let (mut out, mut spare) = (Words::default(), Words::default());
         p.run(&src, 0..text.len(), &mut out, &mut spare);
-        out.words.iter().map(|w| (out.word(w).to_owned(), w.shift)).collect()
+        out.words
+            .iter()
+            .map(|w| (out.word(w).to_owned(), w.shift))
+            .collect()
     }
 
     fn meta(prepend: PrependScheme, split: bool) -> Stage {
@@ -417,14 +429,33 @@ mod tests {
     /// The fused pass gives what the two stages give.
     #[test]
     fn fused_whitespace_metaspace_equals_the_stages() {
-        for prepend in [PrependScheme::Always, PrependScheme::First, PrependScheme::Never] {
+        for prepend in [
+            PrependScheme::Always,
+            PrependScheme::First,
+            PrependScheme::Never,
+        ] {
             for split in [true, false] {
                 let fused = PreTokenizer::new(vec![Stage::WhitespaceSplit, meta(prepend, split)]);
-                assert!(matches!(fused.stages[..], [Stage::WhitespaceMetaspace { .. }]));
+                assert!(matches!(
+                    fused.stages[..],
+                    [Stage::WhitespaceMetaspace { .. }]
+                ));
                 let mut stages = PreTokenizer::new(vec![Stage::WhitespaceSplit]);
                 stages.stages.push(meta(prepend, split));
-                for text in ["", " ", "Hello  world", " lead", "a▁b ▁c▁▁", "x\u{3000}y\tz", "▁"] {
-                    assert_eq!(words(&fused, text), words(&stages, text), "{prepend:?} {split} {text:?}");
+                for text in [
+                    "",
+                    " ",
+                    "Hello  world",
+                    " lead",
+                    "a▁b ▁c▁▁",
+                    "x\u{3000}y\tz",
+                    "▁",
+                ] {
+                    assert_eq!(
+                        words(&fused, text),
+                        words(&stages, text),
+                        "{prepend:?} {split} {text:?}"
+                    );
                 }
             }
         }
@@ -445,7 +476,10 @@ mod tests {
     #[test]
     fn bert_isolates_punctuation() {
         let p = PreTokenizer::new(vec![Stage::Bert]);
-        let got: Vec<String> = words(&p, "Hi, there!! ok").into_iter().map(|w| w.0).collect();
+        let got: Vec<String> = words(&p, "Hi, there!! ok")
+            .into_iter()
+            .map(|w| w.0)
+            .collect();
         assert_eq!(got, ["Hi", ",", "there", "!", "!", "ok"]);
     }
 }

@@ -218,7 +218,9 @@ impl Builder {
     fn fits(&self, base: u32, labels: &[u8]) -> bool {
         base >= 1
             && !self.used_base.get(base as usize).copied().unwrap_or(false)
-            && labels.iter().all(|&l| self.is_free((base + l as u32) as usize))
+            && labels
+                .iter()
+                .all(|&l| self.is_free((base + l as u32) as usize))
     }
 
     /// A base right after `parent`, so a walk's next state shares its line.
@@ -308,7 +310,12 @@ impl Builder {
             .iter()
             .rposition(|u| u.meta & OCCUPIED != 0)
             .unwrap_or(0);
-        let max_base = self.units.iter().map(|u| u.base as usize).max().unwrap_or(0);
+        let max_base = self
+            .units
+            .iter()
+            .map(|u| u.base as usize)
+            .max()
+            .unwrap_or(0);
         let pad = (last + 1).max(max_base + 256);
         self.units.truncate(pad);
         self.units.resize(pad + 256, EMPTY);
@@ -327,19 +334,35 @@ mod tests {
     use super::*;
 
     fn trie(keys: &[&str]) -> Trie {
-        Trie::build(keys.iter().enumerate().map(|(i, k)| (k.as_bytes(), i as u32)))
+        Trie::build(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| (k.as_bytes(), i as u32)),
+        )
     }
 
     #[test]
     fn finds_exactly_the_stored_keys() {
-        let keys = ["a", "ab", "abc", "b", "▁the", "▁th", "x\u{0}y", "ü", "\u{0}"];
+        let keys = [
+            "a", "ab", "abc", "b", "▁the", "▁th", "x\u{0}y", "ü", "\u{0}",
+        ];
         let t = trie(&keys);
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(t.get(k.as_bytes()), Some(i as u32), "{k}");
             let s = t.walk(Trie::ROOT, k.as_bytes()).unwrap();
             assert!(t.is_key(s));
         }
-        for k in ["", "abcd", "c", "▁t", "u", "x", "x\u{0}", "\u{0}\u{0}", "ba"] {
+        for k in [
+            "",
+            "abcd",
+            "c",
+            "▁t",
+            "u",
+            "x",
+            "x\u{0}",
+            "\u{0}\u{0}",
+            "ba",
+        ] {
             assert_eq!(t.get(k.as_bytes()), None, "{k}");
         }
         assert_eq!(t.max_key_len(), "▁the".len());
@@ -347,11 +370,7 @@ mod tests {
 
     #[test]
     fn last_duplicate_wins_and_empty_keys_are_skipped() {
-        let t = Trie::build([
-            (&b"ab"[..], 1),
-            (&b""[..], 2),
-            (&b"ab"[..], 3),
-        ]);
+        let t = Trie::build([(&b"ab"[..], 1), (&b""[..], 2), (&b"ab"[..], 3)]);
         assert_eq!(t.get(b"ab"), Some(3));
         assert_eq!(t.get(b""), None);
     }
@@ -365,7 +384,11 @@ mod tests {
             }
             keys.push(vec![a]);
         }
-        let t = Trie::build(keys.iter().enumerate().map(|(i, k)| (k.as_slice(), i as u32)));
+        let t = Trie::build(
+            keys.iter()
+                .enumerate()
+                .map(|(i, k)| (k.as_slice(), i as u32)),
+        );
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(t.get(k), Some(i as u32));
         }

@@ -68,7 +68,11 @@ pub(crate) struct Scratch {
 }
 
 impl Unigram {
-    pub(crate) fn new(vocab: &[(&str, f64)], unk_id: Option<usize>, byte_fallback: bool) -> Result<Self> {
+    pub(crate) fn new(
+        vocab: &[(&str, f64)],
+        unk_id: Option<usize>,
+        byte_fallback: bool,
+    ) -> Result<Self> {
         if let Some(unk) = unk_id {
             if vocab.is_empty() {
                 return Err(Error::Invalid("Unigram: empty vocabulary".into()));
@@ -81,14 +85,22 @@ impl Unigram {
             }
         }
         if let Some((p, s)) = vocab.iter().find(|v| !v.1.is_finite()) {
-            return Err(Error::Invalid(format!("Unigram: piece {p:?} has score {s}")));
+            return Err(Error::Invalid(format!(
+                "Unigram: piece {p:?} has score {s}"
+            )));
         }
         let min_score = vocab.iter().map(|v| v.1).fold(f64::INFINITY, f64::min);
-        let ids: Vec<(&str, u32)> = vocab.iter().enumerate().map(|(id, v)| (v.0, id as u32)).collect();
+        let ids: Vec<(&str, u32)> = vocab
+            .iter()
+            .enumerate()
+            .map(|(id, v)| (v.0, id as u32))
+            .collect();
         let vocab_ids = Vocab::new("Unigram", &ids)?;
         let mut byte_ids = Box::new([NO_VALUE; 256]);
         for (b, slot) in byte_ids.iter_mut().enumerate() {
-            *slot = vocab_ids.token_to_id(&format!("<0x{b:02X}>")).unwrap_or(NO_VALUE);
+            *slot = vocab_ids
+                .token_to_id(&format!("<0x{b:02X}>"))
+                .unwrap_or(NO_VALUE);
         }
         Ok(Self {
             vocab: vocab_ids,
@@ -171,7 +183,8 @@ impl Unigram {
                     let next = self.step(state, bytes.get(p));
                     let Some(t) = next else {
                         if p == bytes.len() {
-                            piece[lane] = Some(self.vocab.trie.value(state)).filter(|&id| id != NO_VALUE);
+                            piece[lane] =
+                                Some(self.vocab.trie.value(state)).filter(|&id| id != NO_VALUE);
                         }
                         active -= 1;
                         walks[i] = walks[active];
@@ -354,7 +367,13 @@ impl Unigram {
 
     /// A fused unknown run: its own id if the vocabulary has it, else bytes
     /// (with byte fallback, when every byte piece exists), else unk.
-    fn emit_unknown(&self, text: &[u8], s: u32, e: u32, emit: &mut impl FnMut(u32, u32, u32)) -> Result<()> {
+    fn emit_unknown(
+        &self,
+        text: &[u8],
+        s: u32,
+        e: u32,
+        emit: &mut impl FnMut(u32, u32, u32),
+    ) -> Result<()> {
         if let Some(id) = self.vocab.trie.get(text) {
             emit(id, s, e);
             return Ok(());
@@ -375,7 +394,9 @@ impl Unigram {
 }
 
 fn missing_unk() -> Error {
-    Error::Encode("Unigram: a character is not in the vocabulary and the model has no unk_id".into())
+    Error::Encode(
+        "Unigram: a character is not in the vocabulary and the model has no unk_id".into(),
+    )
 }
 
 /// Length of the UTF-8 sequence starting with `lead`.
@@ -396,7 +417,9 @@ fn prefetch<T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint; it never faults or changes memory.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast());
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (x as *const T).cast(),
+        );
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = x;

@@ -16,7 +16,9 @@ impl Vocab {
     /// twice, the later id wins, as in a map.
     pub(crate) fn new(model: &str, entries: &[(&str, u32)]) -> Result<Self> {
         if let Some((p, id)) = entries.iter().find(|v| v.1 > MAX_VALUE) {
-            return Err(Error::Invalid(format!("{model}: id {id} of {p:?} is too large")));
+            return Err(Error::Invalid(format!(
+                "{model}: id {id} of {p:?} is too large"
+            )));
         }
         Ok(Self {
             trie: Trie::build(entries.iter().map(|&(p, id)| (p.as_bytes(), id))),

@@ -28,7 +28,9 @@ impl WordPiece {
         max_input_chars_per_word: usize,
     ) -> Result<Self> {
         let vocab = Vocab::new("WordPiece", vocab)?;
-        let continuation = vocab.trie.walk(Trie::ROOT, continuing_subword_prefix.as_bytes());
+        let continuation = vocab
+            .trie
+            .walk(Trie::ROOT, continuing_subword_prefix.as_bytes());
         let unk_id = vocab.token_to_id(&unk_token);
         Ok(Self {
             vocab,
@@ -63,7 +65,8 @@ impl WordPiece {
         let bytes = word.as_bytes();
         let n = bytes.len();
         // Only count chars when the byte length could exceed the limit.
-        if n > self.max_input_chars_per_word && word.chars().count() > self.max_input_chars_per_word {
+        if n > self.max_input_chars_per_word && word.chars().count() > self.max_input_chars_per_word
+        {
             emit(self.unk()?, 0, n as u32);
             return Ok(());
         }

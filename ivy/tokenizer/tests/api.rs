@@ -18,14 +18,19 @@ fn load(value: &serde_json::Value) -> ivy_tokenizer::Result<Tokenizer> {
 #[test]
 fn byte_level_bpe_runs_on_hugging_face() {
     let tok = Tokenizer::from_file(tokenizer_path("qwen3")).unwrap();
-    assert!(matches!(tok.backend(), Backend::HuggingFace(why) if why.contains("BPE")), "{}", tok.backend());
+    assert!(
+        matches!(tok.backend(), Backend::HuggingFace(why) if why.contains("BPE")),
+        "{}",
+        tok.backend()
+    );
 }
 
 #[test]
 fn unknown_components_and_fields_fall_back_instead_of_differing() {
     let edits: [(&str, fn(&mut serde_json::Value)); 5] = [
         ("a normalizer not implemented here", |j| {
-            j["normalizer"] = serde_json::json!({"type": "Strip", "strip_left": true, "strip_right": true});
+            j["normalizer"] =
+                serde_json::json!({"type": "Strip", "strip_left": true, "strip_right": true});
         }),
         ("an unknown field", |j| {
             j["normalizer"]["future_option"] = serde_json::json!(true);
@@ -45,7 +50,11 @@ fn unknown_components_and_fields_fall_back_instead_of_differing() {
         let mut j = json("all-minilm-l6-v2");
         edit(&mut j);
         let tok = load(&j).unwrap();
-        assert!(matches!(tok.backend(), Backend::HuggingFace(_)), "{what}: {}", tok.backend());
+        assert!(
+            matches!(tok.backend(), Backend::HuggingFace(_)),
+            "{what}: {}",
+            tok.backend()
+        );
         // And it still tokenizes, exactly as Hugging Face does.
         let mut hf = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&j).unwrap()).unwrap();
         hf.with_padding(None).with_truncation(None).unwrap();
@@ -61,8 +70,13 @@ fn broken_files_are_errors() {
     let mut j = json("spm-test-en");
     j["model"]["unk_id"] = serde_json::json!(5000);
     assert!(load(&j).is_err());
-    let err = Tokenizer::from_file("/nonexistent/tokenizer.json").err().unwrap();
-    assert!(err.to_string().contains("/nonexistent/tokenizer.json"), "{err}");
+    let err = Tokenizer::from_file("/nonexistent/tokenizer.json")
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("/nonexistent/tokenizer.json"),
+        "{err}"
+    );
 }
 
 #[test]

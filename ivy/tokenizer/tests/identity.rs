@@ -62,9 +62,17 @@ fn run(name: &'static str) {
         failures.is_empty(),
         "{name}: {} of {checked} encodings differ; first ones:\n{}",
         failures.len(),
-        failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
-    eprintln!("{name}: {checked} encodings identical ({} lines)", lines.len());
+    eprintln!(
+        "{name}: {checked} encodings identical ({} lines)",
+        lines.len()
+    );
 }
 
 #[test]

@@ -28,7 +28,11 @@ fn run(index: usize) {
         };
         if (2..=5).contains(&kind) || kind == 9 {
             opts.max_length = Some(4 + rng.below(40));
-            opts.direction = if rng.chance(50) { Direction::Left } else { Direction::Right };
+            opts.direction = if rng.chance(50) {
+                Direction::Left
+            } else {
+                Direction::Right
+            };
         }
         let b = (kind >= 8).then(|| text(&mut rng));
         if configured != Some(opts) {
@@ -43,7 +47,12 @@ fn run(index: usize) {
         failures.is_empty(),
         "{name}: {} of {CASES} generated strings differ; first ones:\n{}",
         failures.len(),
-        failures.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 

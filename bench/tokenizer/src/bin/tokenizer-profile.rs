@@ -17,13 +17,20 @@ fn main() {
     let passes: u64 = args.get(2).and_then(|s| s.parse().ok()).expect(usage);
     let hf = args.get(3).is_some_and(|a| a == "hf");
     let ours = Tokenizer::from_file(tokenizer_path(name)).unwrap();
-    let lines = if name == "all-minilm-l6-v2" { english() } else { multilingual() };
+    let lines = if name == "all-minilm-l6-v2" {
+        english()
+    } else {
+        multilingual()
+    };
     let inputs = match kind.as_str() {
         "queries" => queries(&ours, &lines),
         "documents" => documents(&ours, &lines, 48),
         _ => panic!("{usage}"),
     };
-    let inputs: Vec<String> = match std::env::var("IVY_PROFILE_ONLY").ok().and_then(|v| v.parse::<usize>().ok()) {
+    let inputs: Vec<String> = match std::env::var("IVY_PROFILE_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         Some(i) => vec![inputs[i % inputs.len()].clone()],
         None => inputs,
     };
@@ -53,7 +60,17 @@ fn main() {
 /// a busy shared machine disturbs less than wall time.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) / 100.0
 }

@@ -63,10 +63,17 @@ fuzz_target!(|data: &[u8]| {
     let opts = EncodeOptions {
         add_special_tokens: flags & 2 == 0,
         max_length: (flags & 4 != 0).then_some(4 + (flags >> 4) as usize * 3),
-        direction: if flags & 8 != 0 { Direction::Left } else { Direction::Right },
+        direction: if flags & 8 != 0 {
+            Direction::Left
+        } else {
+            Direction::Right
+        },
     };
     let mut ours = Encoding::default();
-    fixture.ours.encode_pair_into(a, b, &opts, &mut ours).expect("our encode");
+    fixture
+        .ours
+        .encode_pair_into(a, b, &opts, &mut ours)
+        .expect("our encode");
 
     let mut oracle = fixture.oracle.lock().unwrap();
     let params = opts.max_length.map(|max_length| TruncationParams {
@@ -84,9 +91,27 @@ fuzz_target!(|data: &[u8]| {
         Some(b) => oracle.encode((a, b), opts.add_special_tokens),
     }
     .expect("oracle encode");
-    let offsets: Vec<(u32, u32)> = want.get_offsets().iter().map(|&(s, e)| (s as u32, e as u32)).collect();
-    let special: Vec<bool> = want.get_special_tokens_mask().iter().map(|&m| m != 0).collect();
-    assert_eq!(ours.ids, want.get_ids(), "ids differ on {a:?} / {b:?} with {opts:?}");
-    assert_eq!(ours.offsets, offsets, "offsets differ on {a:?} / {b:?} with {opts:?}");
-    assert_eq!(ours.special, special, "special flags differ on {a:?} / {b:?}");
+    let offsets: Vec<(u32, u32)> = want
+        .get_offsets()
+        .iter()
+        .map(|&(s, e)| (s as u32, e as u32))
+        .collect();
+    let special: Vec<bool> = want
+        .get_special_tokens_mask()
+        .iter()
+        .map(|&m| m != 0)
+        .collect();
+    assert_eq!(
+        ours.ids,
+        want.get_ids(),
+        "ids differ on {a:?} / {b:?} with {opts:?}"
+    );
+    assert_eq!(
+        ours.offsets, offsets,
+        "offsets differ on {a:?} / {b:?} with {opts:?}"
+    );
+    assert_eq!(
+        ours.special, special,
+        "special flags differ on {a:?} / {b:?}"
+    );
 });

@@ -41,7 +41,11 @@ impl Bert {
             *step = if clean_text && removed_by_cleaning(c) {
                 AsciiStep::Drop
             } else {
-                let c = if clean_text && is_bert_whitespace(c) { ' ' } else { c };
+                let c = if clean_text && is_bert_whitespace(c) {
+                    ' '
+                } else {
+                    c
+                };
                 let c = if lowercase { c.to_ascii_lowercase() } else { c };
                 AsciiStep::Keep(c as u8)
             };
@@ -70,7 +74,12 @@ impl Bert {
             w.apply_changes(0);
         }
         if self.strip_accents {
-            let Work { cur, tmp, unicode: buffers, .. } = w;
+            let Work {
+                cur,
+                tmp,
+                unicode: buffers,
+                ..
+            } = w;
             cur.transform_all_into(unicode::decompose(&cur.text, false, buffers), 0, tmp);
             std::mem::swap(&mut w.cur, &mut w.tmp);
             w.filter(|c| !chars::is_mark_nonspacing(c));

@@ -89,13 +89,26 @@ fn unicode(form: UnicodeForm, w: &mut Work) {
     if w.cur.text.is_ascii() {
         return;
     }
-    let Work { cur, tmp, unicode: buffers, .. } = w;
+    let Work {
+        cur,
+        tmp,
+        unicode: buffers,
+        ..
+    } = w;
     let text = cur.text.as_str();
     match form {
-        UnicodeForm::Nfc => cur.transform_all_into(unicode::recompose(text, false, buffers), 0, tmp),
-        UnicodeForm::Nfd => cur.transform_all_into(unicode::decompose(text, false, buffers), 0, tmp),
-        UnicodeForm::Nfkc => cur.transform_all_into(unicode::recompose(text, true, buffers), 0, tmp),
-        UnicodeForm::Nfkd => cur.transform_all_into(unicode::decompose(text, true, buffers), 0, tmp),
+        UnicodeForm::Nfc => {
+            cur.transform_all_into(unicode::recompose(text, false, buffers), 0, tmp)
+        }
+        UnicodeForm::Nfd => {
+            cur.transform_all_into(unicode::decompose(text, false, buffers), 0, tmp)
+        }
+        UnicodeForm::Nfkc => {
+            cur.transform_all_into(unicode::recompose(text, true, buffers), 0, tmp)
+        }
+        UnicodeForm::Nfkd => {
+            cur.transform_all_into(unicode::decompose(text, true, buffers), 0, tmp)
+        }
     }
     std::mem::swap(&mut w.cur, &mut w.tmp);
 }

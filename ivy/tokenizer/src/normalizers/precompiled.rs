@@ -47,8 +47,20 @@ fn grapheme_flags() -> &'static [u8] {
     FLAGS.get_or_init(|| {
         // One char of each break category (and Indic consonant, emoji).
         const NEXT: [char; 14] = [
-            'a', '\r', '\n', '\u{1}', '\u{600}', '\u{1F1E6}', '\u{1100}', '\u{1161}', '\u{11A8}',
-            '\u{AC00}', '\u{AC01}', '\u{1F600}', '\u{915}', '\u{200D}',
+            'a',
+            '\r',
+            '\n',
+            '\u{1}',
+            '\u{600}',
+            '\u{1F1E6}',
+            '\u{1100}',
+            '\u{1161}',
+            '\u{11A8}',
+            '\u{AC00}',
+            '\u{AC01}',
+            '\u{1F600}',
+            '\u{915}',
+            '\u{200D}',
         ];
         let mut buf = String::new();
         (0..=0xFFFFu32)
@@ -113,8 +125,9 @@ impl Precompiled {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        let normalized = String::from_utf8(map[4 + size / 4 * 4..].to_vec())
-            .map_err(|_| Error::Invalid("precompiled_charsmap: replacements are not UTF-8".into()))?;
+        let normalized = String::from_utf8(map[4 + size / 4 * 4..].to_vec()).map_err(|_| {
+            Error::Invalid("precompiled_charsmap: replacements are not UTF-8".into())
+        })?;
         let mut p = Self {
             units,
             normalized,

@@ -24,7 +24,10 @@ pub fn data_dir() -> PathBuf {
 }
 
 pub fn tokenizer_path(name: &str) -> PathBuf {
-    data_dir().join("tokenizers").join(name).join("tokenizer.json")
+    data_dir()
+        .join("tokenizers")
+        .join(name)
+        .join("tokenizer.json")
 }
 
 /// Every line of every corpus file (split on `\n`, so `\r` and the BOM stay).
@@ -87,15 +90,29 @@ impl Pair {
         .expect("oracle encode");
         Encoding {
             ids: enc.get_ids().to_vec(),
-            offsets: enc.get_offsets().iter().map(|&(s, e)| (s as u32, e as u32)).collect(),
-            special: enc.get_special_tokens_mask().iter().map(|&m| m != 0).collect(),
+            offsets: enc
+                .get_offsets()
+                .iter()
+                .map(|&(s, e)| (s as u32, e as u32))
+                .collect(),
+            special: enc
+                .get_special_tokens_mask()
+                .iter()
+                .map(|&m| m != 0)
+                .collect(),
             untruncated_len: 0,
         }
     }
 
     /// Compares ids, offsets and special flags with the oracle; describes
     /// the first difference.
-    pub fn check(&self, a: &str, b: Option<&str>, opts: &EncodeOptions, out: &mut Encoding) -> Result<(), String> {
+    pub fn check(
+        &self,
+        a: &str,
+        b: Option<&str>,
+        opts: &EncodeOptions,
+        out: &mut Encoding,
+    ) -> Result<(), String> {
         self.ours
             .encode_pair_into(a, b, opts, out)
             .map_err(|e| format!("{}: our encode failed on {a:?}: {e}", self.name))?;
