@@ -69,7 +69,7 @@ impl Matcher {
                 Some([a, b, c]) => memchr::memchr3(*a, *b, *c, rest),
                 _ => rest.iter().position(|&b| self.first[b as usize]),
             };
-            let Some(skip) = skip else { return None };
+            let skip = skip?;
             start += skip;
             let mut state = Trie::ROOT;
             let mut longest = None;

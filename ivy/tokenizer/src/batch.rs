@@ -38,12 +38,10 @@ impl Tokenizer {
 pub fn char_offsets(text: &str, offsets: &[(u32, u32)]) -> Vec<(u32, u32)> {
     // Char index of every byte, and of the end.
     let mut index = vec![u32::MAX; text.len() + 1];
-    let mut n = 0u32;
-    for (b, c) in text.char_indices() {
+    for (n, (b, c)) in text.char_indices().enumerate() {
         for slot in &mut index[b..b + c.len_utf8()] {
-            *slot = n;
+            *slot = n as u32;
         }
-        n += 1;
     }
     let at = |b: u32| -> Option<u32> {
         let v = *index.get(b as usize)?;

@@ -56,6 +56,8 @@ struct AddedTokenJson {
     special: bool,
 }
 
+// Variant names are the JSON type tags.
+#[allow(clippy::upper_case_acronyms)]
 #[derive(Deserialize)]
 #[serde(tag = "type", deny_unknown_fields)]
 enum NormalizerJson {

@@ -307,7 +307,7 @@ mod tests {
     fn replace_uses_the_last_byte_of_the_match() {
         let b = buf("a  b");
         let mut out = NormBuf::default();
-        b.replace_into(&[1..3], "▁", &mut out);
+        b.replace_into(std::slice::from_ref(&(1..3)), "▁", &mut out);
         assert_eq!(out.text, "a▁b");
         assert_eq!(out.align, vec![(0, 1), (2, 3), (2, 3), (2, 3), (3, 4)]);
     }

@@ -220,12 +220,12 @@ fn split_into(src: View, dst: &mut Words, cut: impl Fn(char) -> Cut) {
                 match cut(b as char) {
                     Cut::Keep => {}
                     Cut::Remove => {
-                        dst.push_slice(&src.text, &src.align, start..i);
+                        dst.push_slice(src.text, src.align, start..i);
                         start = i + 1;
                     }
                     Cut::Isolate => {
-                        dst.push_slice(&src.text, &src.align, start..i);
-                        dst.push_slice(&src.text, &src.align, i..i + 1);
+                        dst.push_slice(src.text, src.align, start..i);
+                        dst.push_slice(src.text, src.align, i..i + 1);
                         start = i + 1;
                     }
                 }
@@ -236,18 +236,18 @@ fn split_into(src: View, dst: &mut Words, cut: impl Fn(char) -> Cut) {
                 match cut(c) {
                     Cut::Keep => {}
                     Cut::Remove => {
-                        dst.push_slice(&src.text, &src.align, start..i);
+                        dst.push_slice(src.text, src.align, start..i);
                         start = i + c.len_utf8();
                     }
                     Cut::Isolate => {
-                        dst.push_slice(&src.text, &src.align, start..i);
-                        dst.push_slice(&src.text, &src.align, i..i + c.len_utf8());
+                        dst.push_slice(src.text, src.align, start..i);
+                        dst.push_slice(src.text, src.align, i..i + c.len_utf8());
                         start = i + c.len_utf8();
                     }
                 }
             }
         }
-        dst.push_slice(&src.text, &src.align, start..we);
+        dst.push_slice(src.text, src.align, start..we);
     }
 }
 

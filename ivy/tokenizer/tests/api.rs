@@ -27,7 +27,8 @@ fn byte_level_bpe_runs_on_hugging_face() {
 
 #[test]
 fn unknown_components_and_fields_fall_back_instead_of_differing() {
-    let edits: [(&str, fn(&mut serde_json::Value)); 5] = [
+    type Edit = (&'static str, fn(&mut serde_json::Value));
+    let edits: [Edit; 5] = [
         ("a normalizer not implemented here", |j| {
             j["normalizer"] =
                 serde_json::json!({"type": "Strip", "strip_left": true, "strip_right": true});

@@ -178,7 +178,10 @@ fn push_char(rng: &mut Rng, out: &mut String) {
             out.push(rng.char_in(lo, hi));
         }
         6 | 7 => out.push(*rng.pick(ODD)),
-        8 => out.push_str(*rng.pick(PIECES)),
+        8 => {
+            let piece: &&str = rng.pick(PIECES);
+            out.push_str(piece);
+        }
         // Any scalar value, assigned or not.
         _ => out.push(rng.char_in(0, 0x10FFFF)),
     }
