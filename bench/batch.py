@@ -9,13 +9,14 @@ from __future__ import annotations
 import random
 import time
 
-from bench import inputs
+from bench import inputs, metrics
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable
 from bench.clients import http_clients
 from bench.gate import GateFailed
 from bench.harness import ratio, scaled
 from bench.http import HttpClient
 from bench.online import capped_lengths
+from bench.profile import PerfRecord, perf_table
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
 
@@ -47,7 +48,22 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
                 st.encode(b)
         return time.perf_counter() - start
 
-    sides = {"ivy": lambda: http_clients(ivy.port, ivy_reqs).wall, "sentence-transformers": in_process}
+    tulip = stack.tulip()
+    observed: dict = {}
+
+    def through_ivy() -> float:
+        # Tulip's own clock and a perf profile of Ivy and Tulip: where the
+        # time goes on our side.
+        before = metrics.parse(tulip.metrics())
+        perf = PerfRecord([ivy.proc.pid, tulip.proc.pid], stack.log_dir / "batch.perf.data")
+        with perf:
+            wall = http_clients(ivy.port, ivy_reqs).wall
+        after = metrics.parse(tulip.metrics())
+        observed.update(stages=metrics.stage_means(before, after), batches=metrics.batch_means(before, after),
+                        perf=perf.top(), perf_error=perf.error)
+        return wall
+
+    sides = {"ivy": through_ivy, "sentence-transformers": in_process}
     if inf is not None:
         inf_reqs = [[enc.prepare(Infinity.PATH, {"input": b, "model": INFINITY_MODEL_NAME}) for b in c]
                     for c in per_client]
@@ -65,7 +81,7 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
                        "tokens_per_document": length, "threads": stack.threads,
                        "sentence_transformers_batch_size": 32, "infinity_batch_size": 32},
             "embeddings_per_s": {k: [round(x, 2) for x in v] for k, v in rates.items()},
-            "best": best, "ratios": ratios, "notes": notes}
+            "best": best, "ratios": ratios, "notes": notes, "ivy_side": observed}
     md = "\n".join([
         f"{clients} client processes × {requests} request(s) × {batch} real-text documents of {length} tokens "
         f"= {total} embeddings per block, {rounds} block(s) per side in rotating order (best reported). "
@@ -73,6 +89,11 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
         f"size 32). Torch threads = {stack.threads}, fp32.\n",
         table(["side", "embeddings/s (best)", "all blocks"], [[k, best[k], ", ".join(f"{x:.1f}" for x in rates[k])] for k in rates]),
         "\n" + table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
+        "\nOn Ivy's side (last Ivy block; Tulip's /metrics and a perf profile of the Ivy and Tulip processes):\n",
+        table(["Tulip stage / batch shape", "steps or requests", "mean"],
+              [[v["what"], v["count"], f"{v['mean_ms']} ms"] for v in observed["stages"].values()]
+              + [[v["what"], v["steps"], v["mean"]] for v in observed["batches"].values()]),
+        "\n" + perf_table(observed["perf"], observed["perf_error"]),
         *[f"\nNote: {x}" for x in notes]])
     return data, md
 

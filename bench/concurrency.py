@@ -20,7 +20,7 @@ LEVELS = (1, 2, 4, 8, 16)
 LENGTH = 512
 
 
-def run(stack: Stack, requests_per_level: int = 48, levels=LEVELS, with_infinity: bool = True) -> tuple[dict, str]:
+def run(stack: Stack, requests_per_level: int = 32, levels=LEVELS, with_infinity: bool = True) -> tuple[dict, str]:
     ivy = stack.ivy()
     notes = []
     inf = None
@@ -69,4 +69,4 @@ def run(stack: Stack, requests_per_level: int = 48, levels=LEVELS, with_infinity
 
 
 def options(scale: float) -> dict:
-    return {"requests_per_level": scaled(48, scale, 8)}
+    return {"requests_per_level": scaled(32, scale, 8)}

@@ -38,3 +38,20 @@ def stage_means(before: dict[str, float], after: dict[str, float]) -> dict[str, 
         s = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
         out[name] = {"what": what, "count": int(n), "mean_ms": round(s / n * 1e3, 4) if n else None}
     return out
+
+
+# Histograms of batch shape: their mean is per engine step.
+BATCH_SHAPE = {
+    "tulip_batch_tokens": "real tokens per engine step",
+    "tulip_batch_sequences": "sequences per engine step",
+}
+
+
+def batch_means(before: dict[str, float], after: dict[str, float]) -> dict[str, dict]:
+    """Mean batch shape of the engine steps between the two scrapes."""
+    out = {}
+    for name, what in BATCH_SHAPE.items():
+        n = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        s = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        out[name] = {"what": what, "steps": int(n), "mean": round(s / n, 2) if n else None}
+    return out

@@ -13,7 +13,7 @@ from pathlib import Path
 from bench import gate, inputs, metrics
 from bench.baselines.servers import FastApiBaseline
 from bench.harness import Stats, interleave, ratio, scaled
-from bench.profile import PerfRecord, by_thread, profile_step
+from bench.profile import PerfRecord, by_thread, perf_table, profile_step
 from bench.http import HttpClient
 from bench.results import table
 from bench.stack import IVY_PATH, Stack, http_embeddings
@@ -135,11 +135,9 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, breakdown_rounds: i
         table(["stage", "p50 ms", "mean ms"], breakdown),
         f"\nROSE's step on the null model in-process, as Tulip calls it (from_arena → step → release): "
         f"{step_profile['mean_ms_per_step']:.4f} ms per step.\n",
-        "perf samples while Ivy alone was timed (Ivy and Tulip processes, self time, ≥ 0.7 %):\n",
-        table(["%", "thread", "library", "symbol"],
-              [[r["percent"], r["thread"], r["dso"], r["symbol"]] for r in perf_top]) if perf_top
-        else f"(no perf profile: {perf.error})",
-        "\nSampled time per thread: " + ", ".join(f"{k} {v}%" for k, v in by_thread(perf_top).items()),
+        "While Ivy alone was timed: " + perf_table(perf_top, perf.error),
+        "\nSampled share per thread in the rows above: "
+        + ", ".join(f"{k} {v}%" for k, v in by_thread(perf_top).items()),
     ])
     return data, md
 

@@ -19,10 +19,10 @@ def latency_vs_length(online: dict, path: Path) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     lengths = sorted(int(n) for n in online["by_length"])
-    for side, style in (("tulip", "o-"), ("transformers forward", "s--")):
-        for q, alpha in (("p50", 1.0), ("p99", 0.45)):
+    for i, side in enumerate(("tulip", "transformers forward")):
+        for q, style in (("p50", "o-"), ("p99", "^:")):
             ys = [online["by_length"][str(n)]["stats"][side][q] for n in lengths]
-            ax.plot(lengths, ys, style, alpha=alpha, label=f"{side} {q}")
+            ax.plot(lengths, ys, style, color=f"C{i}", label=f"{side} {q}")
     ax.set_xlabel("tokens (batch 1)")
     ax.set_ylabel("latency, ms")
     ax.set_title("Online embedding: latency vs length")
@@ -37,10 +37,10 @@ def latency_vs_length(online: dict, path: Path) -> Path:
 def latency_vs_concurrency(conc: dict, path: Path) -> Path:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for side, by_level in conc["by_side"].items():
+    for i, (side, by_level) in enumerate(conc["by_side"].items()):
         levels = sorted(int(c) for c in by_level)
         for q, style in (("p50", "o-"), ("p99", "^:")):
-            ax.plot(levels, [by_level[str(c)][q] for c in levels], style, label=f"{side} {q}")
+            ax.plot(levels, [by_level[str(c)][q] for c in levels], style, color=f"C{i}", label=f"{side} {q}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrent clients (batch 1)")
     ax.set_ylabel("latency, ms")
@@ -54,24 +54,27 @@ def latency_vs_concurrency(conc: dict, path: Path) -> Path:
 
 
 def throughput_bars(groups: dict[str, dict[str, float]], path: Path, title: str) -> Path:
-    """``groups``: {group label: {side: embeddings/s}}."""
+    """``groups``: {group label: {side: embeddings/s}}; one colour per side."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
-    x = 0
-    ticks, labels = [], []
+    colours: dict[str, str] = {}
+    x = 0.0
     for group, sides in groups.items():
+        start = x
         for side, value in sides.items():
-            ax.bar(x, value)
-            ax.text(x, value, f"{value:.0f}", ha="center", va="bottom", fontsize=8)
-            ticks.append(x)
-            labels.append(f"{side}\n({group})")
+            new = side not in colours
+            c = colours.setdefault(side, f"C{len(colours)}")
+            ax.bar(x, value, color=c, label=side if new else None)
+            ax.text(x, value, f"{value:.1f}", ha="center", va="bottom", fontsize=8)
             x += 1
-        x += 0.6
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(labels, fontsize=7)
+        ax.text((start + x - 1) / 2, -0.08, group, ha="center", va="top", fontsize=8,
+                transform=ax.get_xaxis_transform())
+        x += 0.8
+    ax.set_xticks([])
     ax.set_ylabel("embeddings / s")
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -60,6 +60,17 @@ class PerfRecord:
         return rows[:limit]
 
 
+def perf_table(rows: list[dict], error: str | None) -> str:
+    """Markdown for the hottest symbols, or why there are none."""
+    from bench.results import table
+
+    if not rows:
+        return f"(no perf profile: {error})"
+    return ("perf, self time (share of all samples in these processes):\n\n"
+            + table(["%", "thread", "library", "symbol"],
+                    [[r["percent"], r["thread"], r["dso"], r["symbol"]] for r in rows]))
+
+
 def by_thread(rows: list[dict]) -> dict[str, float]:
     """Total sampled percent per thread name."""
     out: dict[str, float] = {}

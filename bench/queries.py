@@ -13,6 +13,7 @@ from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable
 from bench.gate import GateFailed
 from bench.harness import Stats, interleave, ratio, scaled
 from bench.http import HttpClient
+from bench.profile import PerfRecord, perf_table
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
 
@@ -57,8 +58,11 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
 
     interleave(sides, warmup, 0)
     before = metrics.parse(stack.tulip().metrics())
-    lat = interleave(sides, rounds, 0, seed=1)
+    perf = PerfRecord([ivy.proc.pid, stack.tulip().proc.pid], stack.log_dir / "queries.perf.data", freq=999)
+    with perf:
+        lat = interleave(sides, rounds, 0, seed=1)
     stages = metrics.stage_means(before, metrics.parse(stack.tulip().metrics()))
+    perf_top = perf.top()
     stats = {k: Stats.of(v) for k, v in lat.items()}
 
     p50 = {k: s.p50 for k, s in stats.items()}
@@ -83,6 +87,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         "ratios_p50": ratios,
         "ivy_stage_means": stages,
         "ivy_breakdown_ms": breakdown,
+        "perf_ivy_and_tulip": {"top": perf_top, "error": perf.error},
         "notes": notes,
         "http_reconnects": sum(c.reconnects for c in clients),
     }
@@ -95,6 +100,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
           table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
           "\nWhere Ivy's time goes (means over the timed rounds; Tulip's stages from its /metrics):\n",
           table(["stage", "ms"], [[k, v] for k, v in breakdown.items()]),
+          "\nIvy and Tulip during the timed rounds: " + perf_table(perf_top, perf.error),
           *[f"\nNote: {x}" for x in notes]]
     for c in clients:
         c.close()

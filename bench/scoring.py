@@ -15,7 +15,7 @@ BATCHES = (5, 25, 50)
 LENGTH = 512
 
 
-def run(stack: Stack, rounds: int = 10, warmup: int = 1, batches=BATCHES) -> tuple[dict, str]:
+def run(stack: Stack, rounds: int = 4, warmup: int = 1, batches=BATCHES) -> tuple[dict, str]:
     tulip, bare = stack.tulip(), stack.bare()
     (length,), notes = capped_lengths([LENGTH], stack.max_length)
     docs = [inputs.ids(stack.model_dir, t) for t in inputs.texts_of_tokens(stack.model_dir, length, max(batches))]
@@ -46,4 +46,4 @@ def run(stack: Stack, rounds: int = 10, warmup: int = 1, batches=BATCHES) -> tup
 
 
 def options(scale: float) -> dict:
-    return {"rounds": scaled(10, scale, 3), "warmup": 1}
+    return {"rounds": scaled(4, scale, 2), "warmup": 1}
