@@ -10,9 +10,8 @@ import random
 import time
 
 from bench import inputs, metrics
-from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable
+from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
-from bench.gate import GateFailed
 from bench.harness import ratio, scaled
 from bench.http import HttpClient
 from bench.online import capped_lengths
@@ -26,12 +25,8 @@ LENGTH = 512
 
 def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rounds: int = 1) -> tuple[dict, str]:
     ivy, st = stack.ivy(), stack.st()
-    notes = []
-    try:
-        inf = stack.infinity()
-    except (Unavailable, GateFailed, RuntimeError) as e:
-        inf = None
-        notes.append(f"Infinity not measured: {e}")
+    notes: list[str] = []
+    inf = stack.infinity_or_note(notes)
     (length,), capped = capped_lengths([LENGTH], stack.max_length)
     notes += capped
     docs = inputs.texts_of_tokens(stack.model_dir, length, 2 * batch)

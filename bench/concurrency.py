@@ -6,9 +6,8 @@ Infinity at the same levels in the same run as the baseline."""
 from __future__ import annotations
 
 from bench import inputs
-from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable
+from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
-from bench.gate import GateFailed
 from bench.harness import Stats, ratio, scaled
 from bench.http import HttpClient
 from bench.online import capped_lengths
@@ -22,13 +21,8 @@ LENGTH = 512
 
 def run(stack: Stack, requests_per_level: int = 32, levels=LEVELS, with_infinity: bool = True) -> tuple[dict, str]:
     ivy = stack.ivy()
-    notes = []
-    inf = None
-    if with_infinity:
-        try:
-            inf = stack.infinity()
-        except (Unavailable, GateFailed, RuntimeError) as e:
-            notes.append(f"Infinity not measured: {e}")
+    notes: list[str] = []
+    inf = stack.infinity_or_note(notes) if with_infinity else None
     (length,), capped = capped_lengths([LENGTH], stack.max_length)
     notes += capped
     texts = inputs.texts_of_tokens(stack.model_dir, length, 16)

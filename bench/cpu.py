@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ def _gpu_dry_run() -> dict:
 
 def run_suite(writer: Writer, args) -> int:
     t0 = time.perf_counter()
+    load_start = os.getloadavg()
     outcome: dict[str, dict] = {}
     log = lambda msg: print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)  # noqa: E731
 
@@ -74,11 +76,12 @@ def run_suite(writer: Writer, args) -> int:
 
     pngs = _plots(data, writer.out_dir)
     elapsed = time.perf_counter() - t0
-    summary = _summary(data, outcome, writer, pngs, elapsed, gates)
+    load = {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in os.getloadavg()]}
+    summary = _summary(data, outcome, writer, pngs, elapsed, gates, load)
     (writer.out_dir / "README.md").write_text(summary)
     (writer.out_dir / "cpu.json").write_text(json.dumps(
         {"command": writer.command, "finished": now(), "seconds": round(elapsed, 1), "outcome": outcome,
-         "targets": _targets(data, writer.out_dir), "gates": gates}, indent=1, default=str) + "\n")
+         "load_average": load, "targets": _targets(data, writer.out_dir), "gates": gates}, indent=1, default=str) + "\n")
     log(f"suite finished in {elapsed:.0f}s → {writer.out_dir}")
     return 0 if all(o.get("status", "ok") == "ok" or o.get("status") in ("ran", "not available")
                     for k, o in outcome.items() if k != "gpu-dry-run") else 1
@@ -144,7 +147,7 @@ def _targets(data: dict, out: Path) -> list[dict]:
     return rows
 
 
-def _summary(data, outcome, writer: Writer, pngs, elapsed, gates) -> str:
+def _summary(data, outcome, writer: Writer, pngs, elapsed, gates, load) -> str:
     targets = _targets(data, writer.out_dir)
     mark = {True: "met", False: "**missed**", None: "not measured"}
     lines = [
@@ -152,7 +155,9 @@ def _summary(data, outcome, writer: Writer, pngs, elapsed, gates) -> str:
         f"Command: `{' '.join(writer.command)}` (what `make bench` runs), {elapsed / 60:.1f} minutes.  ",
         "Every ratio is against a baseline measured in the same run on the same machine; see each "
         "benchmark's markdown file for percentiles, counts, the machine and the versions. Absolute times on "
-        "this shared 2-core machine mean little; the ratios are the result.", "",
+        "this shared 2-core machine mean little; the ratios are the result.  ",
+        f"Load average (1/5/15 min) at the start {load['start']}, at the end {load['end']} "
+        f"({len(os.sched_getaffinity(0))} usable cores).", "",
         "## The CPU targets (BENCHMARKS.md)", "",
         table(["benchmark", "baseline (same run)", "target", "measured", "", "details"],
               [[t["benchmark"], t["baseline"], t["target"], t["measured"], mark[t["met"]], t["detail"]]

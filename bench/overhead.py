@@ -75,7 +75,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, breakdown_rounds: i
             ivy_only = [_timed_send(ivy_c, ivy_req) for _ in range(breakdown_rounds)]
         stages = metrics.stage_means(before, metrics.parse(tulip.metrics()))
         ids_req = ivy_c.prepare(IVY_PATH, {"input": ids})
-        health = f"GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
         floors = {}
         for name, c, req in (("ivy: token ids in (no tokenization)", ivy_c, ids_req),
                              ("ivy: GET /health (HTTP floor)", ivy_c, health),

@@ -23,15 +23,7 @@ def latency_vs_length(online: dict, path: Path) -> Path:
         for q, style in (("p50", "o-"), ("p99", "^:")):
             ys = [online["by_length"][str(n)]["stats"][side][q] for n in lengths]
             ax.plot(lengths, ys, style, color=f"C{i}", label=f"{side} {q}")
-    ax.set_xlabel("tokens (batch 1)")
-    ax.set_ylabel("latency, ms")
-    ax.set_title("Online embedding: latency vs length")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _latency_figure(plt, fig, ax, path, "tokens (batch 1)", "Online embedding: latency vs length")
 
 
 def latency_vs_concurrency(conc: dict, path: Path) -> Path:
@@ -42,9 +34,14 @@ def latency_vs_concurrency(conc: dict, path: Path) -> Path:
         for q, style in (("p50", "o-"), ("p99", "^:")):
             ax.plot(levels, [by_level[str(c)][q] for c in levels], style, color=f"C{i}", label=f"{side} {q}")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrent clients (batch 1)")
+    return _latency_figure(plt, fig, ax, path, "concurrent clients (batch 1)",
+                           f"Latency vs concurrency ({conc['params']['tokens']} tokens)")
+
+
+def _latency_figure(plt, fig, ax, path: Path, xlabel: str, title: str) -> Path:
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("latency, ms")
-    ax.set_title(f"Latency vs concurrency ({conc['params']['tokens']} tokens)")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -56,8 +56,13 @@ class PerfRecord:
             m = re.match(r"^\s+([\d.]+)%\s+(\S+)\s+(\S+)\s+\[[.k]\]\s+(.+)$", line)
             if m:
                 rows.append({"percent": float(m.group(1)), "thread": m.group(2), "dso": m.group(3),
-                             "symbol": re.sub(r"\s+", " ", m.group(4)).strip()[:110]})
+                             "symbol": _symbol(m.group(4))})
         return rows[:limit]
+
+
+def _symbol(raw: str) -> str:
+    """One line, without the empty trailing columns perf pads with."""
+    return re.sub(r"(\s+-)+\s*$", "", re.sub(r"\s+", " ", raw)).strip()[:110]
 
 
 def perf_table(rows: list[dict], error: str | None) -> str:

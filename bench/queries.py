@@ -9,8 +9,7 @@ from __future__ import annotations
 import statistics
 
 from bench import inputs, metrics
-from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable
-from bench.gate import GateFailed
+from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import Stats, interleave, ratio, scaled
 from bench.http import HttpClient
 from bench.profile import PerfRecord, perf_table
@@ -33,12 +32,8 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     lengths = [len(stack.ids(t)) for t in texts]
     ivy = stack.ivy()
     st, bare = stack.st(), stack.bare()
-    notes = []
-    try:
-        inf = stack.infinity()
-    except (Unavailable, GateFailed, RuntimeError) as e:
-        inf = None
-        notes.append(f"Infinity not measured: {e}")
+    notes: list[str] = []
+    inf = stack.infinity_or_note(notes)
 
     ivy_c = HttpClient("127.0.0.1", ivy.port)
     ivy_reqs = [ivy_c.prepare(IVY_PATH, {"input": t}) for t in texts]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import gate, inputs
-from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, infinity_version
+from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable, infinity_version
 from bench.http import HttpClient
 from tests.servers import Ivy, Tulip, default_model_dir
 
@@ -159,6 +159,15 @@ class Stack:
                 lambda: Infinity(self.model_dir, log_dir=self.log_dir, threads=self.threads),
                 lambda inf: lambda texts: _over_http(inf.port, Infinity.PATH, texts, INFINITY_MODEL_NAME))
         return self._infinity
+
+    def infinity_or_note(self, notes: list[str]):
+        """Infinity, or None with the reason it cannot be measured appended
+        to ``notes`` (the benchmark then reports our side without it)."""
+        try:
+            return self.infinity()
+        except (Unavailable, gate.GateFailed, RuntimeError) as e:
+            notes.append(f"Infinity not measured: {e}")
+            return None
 
     def extra_versions(self) -> dict:
         return {"infinity-emb": infinity_version()} if self._infinity else {}
