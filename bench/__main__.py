@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from bench.external import SCRIPTS
 from bench.results import Writer, default_dir, now
 
 # command → module in bench/ (each has TITLE and run(stack, **options)).
@@ -27,7 +28,7 @@ COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=[*COMMANDS, "tokenizer", "cpu"])
+    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu"])
     p.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<date>-<machine>)")
     p.add_argument("--model", default=None, help="model directory (default: the embedded all-MiniLM-L6-v2)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
@@ -57,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         from bench import cpu
 
         return cpu.run_suite(writer, args)
+    if args.command in SCRIPTS:
+        from bench import external
+
+        status = external.run(args.command, writer.out_dir, args.threads)
+        print(json.dumps(status, indent=1))
+        return 0 if status["status"] in ("ran", "not available") else 1
     if args.command == "tokenizer":
         from bench import tokenizer
 

@@ -13,9 +13,9 @@ from bench import inputs, metrics
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
 from bench.harness import ratio, scaled
-from bench.http import HttpClient
+from bench.httpclient import HttpClient
 from bench.online import capped_lengths
-from bench.profile import PerfRecord, perf_table
+from bench.profiling import PerfRecord, perf_table
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
 

@@ -41,7 +41,7 @@ class ClientRun:
 
 
 def _http_sender(port: int, requests: list[bytes]):
-    from bench.http import HttpClient
+    from bench.httpclient import HttpClient
 
     client = HttpClient("127.0.0.1", port)
 

@@ -9,7 +9,7 @@ from bench import inputs
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
 from bench.harness import Stats, ratio, scaled
-from bench.http import HttpClient
+from bench.httpclient import HttpClient
 from bench.online import capped_lengths
 from bench.results import table
 from bench.stack import IVY_PATH, Stack

@@ -13,8 +13,8 @@ from pathlib import Path
 from bench import gate, inputs, metrics
 from bench.baselines.servers import FastApiBaseline
 from bench.harness import Stats, interleave, ratio, scaled
-from bench.profile import PerfRecord, by_thread, perf_table, profile_step
-from bench.http import HttpClient
+from bench.profiling import PerfRecord, by_thread, perf_table, profile_step
+from bench.httpclient import HttpClient
 from bench.results import table
 from bench.stack import IVY_PATH, Stack, http_embeddings
 from tests.servers import Ivy, Tulip

@@ -11,8 +11,8 @@ import statistics
 from bench import inputs, metrics
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import Stats, interleave, ratio, scaled
-from bench.http import HttpClient
-from bench.profile import PerfRecord, perf_table
+from bench.httpclient import HttpClient
+from bench.profiling import PerfRecord, perf_table
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
 

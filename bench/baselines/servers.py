@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench.http import HttpClient
+from bench.httpclient import HttpClient
 from tests.servers import REPO, Process, free_port
 
 INFINITY_VENV = Path(os.environ.get("INFINITY_VENV", REPO / ".venv-infinity"))

@@ -13,7 +13,7 @@ from bench.clients import grpc_clients, http_clients
 from bench.gpu.models import Shape, token_ids
 from bench.gpu.timing import hf_step
 from bench.harness import Stats, interleave, ratio
-from bench.http import HttpClient
+from bench.httpclient import HttpClient
 
 
 def online(tulip, hf, shape: Shape, lengths: list[int], rounds: int, device: str) -> dict:
