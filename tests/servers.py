@@ -123,7 +123,8 @@ class Tulip(Process):
 
 
 class Ivy(Process):
-    """The ``ivy`` binary on a free port, in front of ``tulip_urls``."""
+    """The ``ivy`` binary on free HTTP and gRPC ports, in front of ``tulip_urls`` (or of
+    ``tulip_dns=...`` given as a flag)."""
 
     def __init__(self, tulip_urls: list[str], tokenizer: str | None = None, *, port: int | None = None,
                  log_dir: Path, env: dict[str, str] | None = None, wait_ready: bool = True,
@@ -131,8 +132,11 @@ class Ivy(Process):
         if not IVY_BIN.is_file():
             raise RuntimeError(f"{IVY_BIN} is missing: run `make ivy` (cargo build --release -p ivy)")
         self.port = port or free_port()
-        cmd = [str(IVY_BIN), "--tulip", ",".join(tulip_urls), "--tokenizer", tokenizer or default_model_dir(),
-               "--host", "127.0.0.1", "--port", str(self.port), "--health-interval", "0.2"]
+        self.grpc_port = free_port()
+        cmd = [str(IVY_BIN), "--tokenizer", tokenizer or default_model_dir(), "--host", "127.0.0.1",
+               "--port", str(self.port), "--grpc-port", str(self.grpc_port), "--health-interval", "0.2"]
+        if tulip_urls:
+            cmd += ["--tulip", ",".join(tulip_urls)]
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         super().__init__(f"ivy-{self.port}", cmd, env, log_dir)
@@ -144,6 +148,10 @@ class Ivy(Process):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[int, dict, bytes]:

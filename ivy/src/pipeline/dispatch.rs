@@ -1,0 +1,64 @@
+//! Sending chunks to replicas: all chunks of a request at once, each to the
+//! replica the balancing policy picks; a chunk whose replica fails is retried
+//! on another one, up to `--max-attempts` in all (the request's deadline
+//! bounds the whole). The first chunk that cannot succeed fails the request
+//! and cancels the others.
+
+use std::sync::Arc;
+
+use futures_util::future::try_join_all;
+use proto::tulip::v1::{EmbedRequest, EmbedResponse};
+
+use super::chunk::Chunk;
+use crate::error::ApiError;
+use crate::replicas::{no_replica, AttemptError, Replica};
+use crate::state::AppState;
+use crate::tokenize::Tokenized;
+
+pub async fn send_all(
+    state: &AppState,
+    tokenized: &Tokenized,
+    chunks: &[Chunk],
+    template: &EmbedRequest,
+) -> Result<Vec<EmbedResponse>, ApiError> {
+    try_join_all(chunks.iter().map(|c| {
+        let request = EmbedRequest {
+            token_ids: tokenized.token_ids[c.tokens.clone()].to_vec(),
+            lengths: tokenized.lengths[c.sequences.clone()].to_vec(),
+            ..template.clone()
+        };
+        send(state, request)
+    }))
+    .await
+}
+
+async fn send(state: &AppState, request: EmbedRequest) -> Result<EmbedResponse, ApiError> {
+    state.metrics.chunk();
+    let mut tried: Vec<Arc<Replica>> = Vec::new();
+    let mut last_error = None;
+    for attempt in 1..=state.config.max_attempts {
+        let replicas = state.replicas.snapshot();
+        let Some(replica) = state.policy.pick(&replicas, &tried) else {
+            return Err(last_error.unwrap_or_else(no_replica));
+        };
+        if attempt > 1 {
+            state.metrics.retry();
+            tracing::info!(replica = %replica.url, attempt, "retrying chunk");
+        }
+        match replica.embed(request.clone()).await {
+            Ok(reply) => return Ok(reply),
+            Err(AttemptError::Fatal(e)) => return Err(e),
+            Err(AttemptError::Retry(e)) => {
+                tracing::warn!(replica = %replica.url, attempt, error = %e, "chunk failed");
+                tried.push(replica);
+                last_error = Some(e);
+            }
+        }
+    }
+    let n = state.config.max_attempts;
+    Err(match last_error {
+        Some(ApiError::Unavailable(m)) => ApiError::Unavailable(format!("a chunk failed on {n} attempts; last error: {m}")),
+        Some(e) => ApiError::Upstream(format!("a chunk failed on {n} attempts; last error: {e}")),
+        None => no_replica(),
+    })
+}
