@@ -122,6 +122,25 @@ class Tulip(Process):
             return False
 
 
+def start_tulips(n: int, model_dir: str | None = None, *, log_dir: Path, **flags) -> list[Tulip]:
+    """``n`` Tulip replicas started in parallel (each takes seconds to load)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(Tulip, model_dir, log_dir=log_dir, **flags) for _ in range(n)]
+        started, errors = [], []
+        for f in futures:
+            try:
+                started.append(f.result())
+            except Exception as e:  # stop the others before failing
+                errors.append(e)
+    if errors:
+        for t in started:
+            t.stop()
+        raise errors[0]
+    return started
+
+
 class Ivy(Process):
     """The ``ivy`` binary on free HTTP and gRPC ports, in front of ``tulip_urls`` (or of
     ``tulip_dns=...`` given as a flag)."""
@@ -164,6 +183,18 @@ class Ivy(Process):
             return e.code, dict(e.headers), e.read()
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return 0, {}, b""
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus series of ``/metrics`` keyed by ``name{labels}`` as printed."""
+        status, body = self.get("/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered {status}")
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
 
     def get(self, path: str) -> tuple[int, bytes]:
         status, _, body = self.request("GET", path, timeout=2.0)
