@@ -85,7 +85,7 @@ class ModelSpec:
 
 def _pipeline(path: Path, model_type: str, is_cross: bool) -> tuple[str, bool]:
     """Pooling and normalisation from sentence-transformers' modules.json."""
-    if is_cross:
+    if is_cross or model_type == "null":
         return "none", False
     modules = _read_json(path / "modules.json")
     if not isinstance(modules, list):

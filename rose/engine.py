@@ -7,15 +7,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from .attention import select_backend
+from .attention import AttentionBackend, select_backend
 from .config import ModelSpec
 from .errors import InvalidBatchError
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
 from .loader import WeightReader, read_safetensors, strip_prefix
-from .models import EmbeddingModel, StepInputs, attn_shape, build_model
+from .graphs import GraphKey, GraphSettings
+from .models import EmbeddingModel, attn_shape, build_model
+from .runner import Runner
 
 log = logging.getLogger("rose")
 
@@ -60,7 +63,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 class Engine:
     """Runs one model. Not thread-safe: one host thread calls ``step``."""
 
-    def __init__(self, spec: ModelSpec, model: EmbeddingModel, device: torch.device, dtype: torch.dtype):
+    def __init__(self, spec: ModelSpec, model: EmbeddingModel, device: torch.device, dtype: torch.dtype,
+                 backend: AttentionBackend, graphs: bool = True, graph_settings: GraphSettings | None = None, static_on_cpu: bool = False):
         self.spec = spec
         self.model = model
         self.device = device
@@ -78,7 +82,8 @@ class Engine:
             dtype=str(dtype).removeprefix("torch."),
             device=str(device),
         )
-        self._backend = model_backend(model)
+        self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
+                             graph_settings, graphs, static_on_cpu)
 
     @classmethod
     def from_dir(
@@ -89,14 +94,21 @@ class Engine:
         dtype: str = "auto",
         attention: str = "auto",
         model_id: str | None = None,
+        graphs: bool = True,
+        graph_settings: GraphSettings | None = None,
+        static_on_cpu: bool = False,
     ) -> "Engine":
+        """Loads a Hugging Face model directory. ``graphs`` enables lazily
+        captured CUDA graphs (on CUDA, with a capture-safe attention backend);
+        ``static_on_cpu`` runs the same static-buffer path on the CPU."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
         backend = select_backend(attn_shape(spec), dev, dt, attention)
         model = build_model(spec, backend)
-        weights = WeightReader(strip_prefix(read_safetensors(spec.path)), str(spec.path))
+        tensors = {} if spec.model_type == "null" else read_safetensors(spec.path)
+        weights = WeightReader(strip_prefix(tensors), str(spec.path))
         model.load(weights)
         leftover = weights.unused(ignore=("pooler.", "position_ids", "lm_head."))
         if leftover:
@@ -106,16 +118,23 @@ class Engine:
             "loaded %s (%s, %s, %s, attention=%s) in %.1fs",
             spec.model_id, spec.model_type, dev, dt, backend.name, time.perf_counter() - started,
         )
-        return cls(spec, model, dev, dt)
+        return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu)
 
     def step(self, batch: Batch) -> LazyTensor:
         """Runs one batch. Returns at once; the result is on the host when
         the LazyTensor's event completes (immediately on the CPU)."""
         self.validate(batch)
-        x = self._inputs(batch)
-        with torch.inference_mode():
-            out = self.model(batch.kind, x)
-        return LazyTensor.ready(out)
+        return self.runner.run(batch)
+
+    def capture(self, configurations: list[str]) -> None:
+        """Captures CUDA graphs now for ``"[kind:]SEQxTOKENS"`` configurations
+        (the token count is rounded up to its bucket)."""
+        for text in configurations:
+            key = GraphKey.parse(text)
+            padded = self.runner.dispatcher.key(key.kind, key.sequences, key.tokens - 1)
+            if padded is None:
+                raise ValueError(f"{text}: outside the graph grid (graphs off, or too many sequences/tokens)")
+            self.runner.capture(padded)
 
     def validate(self, batch: Batch) -> None:
         """Checks a batch against the model. Hosts validate requests earlier;
@@ -124,42 +143,19 @@ class Engine:
             raise InvalidBatchError(
                 f"this model produces {', '.join(self.info.kinds)} outputs, not {batch.kind.value}"
             )
-        lengths = batch.lengths or (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).tolist()
-        if not lengths or min(lengths) < 1:
-            raise InvalidBatchError("every sequence needs at least one token")
-        if max(lengths) > self.info.max_input_length:
+        if batch.num_sequences < 1:
+            raise InvalidBatchError("a batch needs at least one sequence")
+        cu = batch.field("cu").numpy()
+        lengths = cu[1:] - cu[:-1]
+        if cu[0] != 0 or cu[-1] != batch.num_tokens or lengths.min() < 1:
+            raise InvalidBatchError("every sequence needs at least one token, and cu_seqlens must cover the batch")
+        if lengths.max() > self.info.max_input_length:
             raise InvalidBatchError(
-                f"a sequence of {max(lengths)} tokens exceeds the maximum of {self.info.max_input_length}"
+                f"a sequence of {lengths.max()} tokens exceeds the maximum of {self.info.max_input_length}"
             )
-        ids = batch.token_ids
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.info.vocab_size):
+        # As unsigned, a negative id is huge: one reduction checks both ends.
+        if batch.token_ids.numpy().view(np.uint32).max() >= self.info.vocab_size:
             raise InvalidBatchError(f"token ids must be in [0, {self.info.vocab_size})")
-
-    def _inputs(self, batch: Batch) -> StepInputs:
-        """Host-side layout tensors for a batch, moved to the device."""
-        n = batch.num_sequences
-        lengths = batch.lengths or (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).tolist()
-        lens = torch.tensor(lengths, dtype=torch.int64)
-        seg_ids = torch.repeat_interleave(torch.arange(n), lens)
-        starts = batch.cu_seqlens[:-1].to(torch.int64)
-        positions = (torch.arange(batch.num_tokens) - starts[seg_ids]).to(torch.int32)
-        dims = batch.dimensions if batch.dimensions is not None else torch.zeros(n, dtype=torch.int32)
-        dims = torch.where(dims > 0, dims, torch.full_like(dims, self.info.dimension))
-        norm = batch.normalize
-        if norm is None:
-            norm = torch.full((n,), self.info.normalize_default, dtype=torch.bool)
-        dev = self.device
-        cu = batch.cu_seqlens.to(dev, non_blocking=True)
-        return StepInputs(
-            token_ids=batch.token_ids.to(dev, non_blocking=True),
-            positions=positions.to(dev, non_blocking=True),
-            seg_ids=seg_ids.to(dev, non_blocking=True),
-            cu_seqlens=cu,
-            inv_lengths=(1.0 / lens.to(torch.float32)).to(dev, non_blocking=True),
-            dimensions=dims.to(dev, non_blocking=True),
-            normalize=norm.to(dev, non_blocking=True),
-            plan=self._backend.plan(cu, lengths, max(lengths), self.model.causal),
-        )
 
     def embed(self, sequences: list[list[int]], kind: OutputKind | str = OutputKind.DENSE, **options) -> torch.Tensor:
         """Convenience for Python callers: runs one batch and returns a copy
@@ -170,11 +166,3 @@ class Engine:
         finally:
             lazy.release()
 
-
-def model_backend(model: EmbeddingModel):
-    """The attention backend the model's layers were built with."""
-    for m in model.modules():
-        backend = getattr(m, "backend", None)
-        if backend is not None:
-            return backend
-    raise ValueError("model has no attention layers")

@@ -8,7 +8,8 @@ are on the host when ``LazyTensor.event_handle`` has completed (0 = ready).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
 import torch
 
@@ -33,28 +34,116 @@ class OutputKind(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Sizes of one batch: ``tokens`` on the flat axis over ``segments``
+    segments, of which the first ``sequences`` are real. A padded batch has
+    one extra segment at the end holding the filler tokens."""
+
+    sequences: int
+    segments: int
+    tokens: int
+    real_tokens: int
+
+    @classmethod
+    def of(cls, sequences: int, real_tokens: int, padded_tokens: int | None = None) -> "Layout":
+        tokens = real_tokens if padded_tokens is None else padded_tokens
+        if tokens < real_tokens:
+            raise ValueError(f"cannot pad {real_tokens} tokens down to {tokens}")
+        segments = sequences + (1 if tokens > real_tokens else 0)
+        return cls(sequences, segments, tokens, real_tokens)
+
+    @property
+    def size(self) -> int:
+        """int32 words in the arena."""
+        return 3 * self.tokens + (self.segments + 1) + 3 * self.segments
+
+    @functools.cached_property
+    def offsets(self) -> dict[str, tuple[int, int]]:
+        """(start, length) in int32 words of each field of the arena."""
+        t, s = self.tokens, self.segments
+        out, o = {}, 0
+        for name, n in (("ids", t), ("positions", t), ("seg_ids", t), ("cu", s + 1),
+                        ("inv_len", s), ("dims", s), ("norm", s)):
+            out[name] = (o, n)
+            o += n
+        return out
+
+    def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Tensor views of each field of an int32 arena (``inv_len`` as float32)."""
+        out = {name: arena[o:o + n] for name, (o, n) in self.offsets.items()}
+        out["inv_len"] = out["inv_len"].view(torch.float32)
+        return out
+
+
 class Batch:
     """A ragged batch: one flat token axis cut by ``cu_seqlens``; no padding.
 
-    All tensors live on the host; the engine moves them to its device.
+    Everything the engine reads besides weights is packed in one int32
+    *arena* on the host, in this order (T tokens, n sequences):
+
+    ====================  =====  ==========================================
+    field                 words  meaning
+    ====================  =====  ==========================================
+    ``ids``               T      token ids
+    ``positions``         T      position of each token in its sequence
+    ``seg_ids``           T      sequence index of each token
+    ``cu``                n + 1  ``cu_seqlens``: 0, then cumulative lengths
+    ``inv_len``           n      1 / length, as float32 bits
+    ``dims``              n      dense: Matryoshka dimensions (0 = full)
+    ``norm``              n      dense: L2-normalise (1), not (0), default (-1)
+    ====================  =====  ==========================================
+
+    A host outside Python (Tulip) builds the arena itself, with every option
+    resolved (no 0 dims, no -1 norm), so a step costs Python almost nothing;
+    ``from_lists`` builds it from Python lists and leaves defaults to the
+    engine (``resolved`` is False).
     """
 
-    token_ids: torch.Tensor  # int32 [T]
-    cu_seqlens: torch.Tensor  # int32 [n + 1], cu_seqlens[0] == 0, [-1] == T
-    kind: OutputKind = OutputKind.DENSE
-    # Dense only, per sequence: Matryoshka truncation (0 = full) and
-    # whether to L2-normalise.
-    dimensions: torch.Tensor | None = None  # int32 [n]
-    normalize: torch.Tensor | None = None  # bool [n]
-    lengths: list[int] = field(default_factory=list, compare=False)
+    __slots__ = ("arena", "layout", "kind", "resolved")
+
+    def __init__(self, arena: torch.Tensor, layout: Layout, kind: OutputKind | str = OutputKind.DENSE,
+                 resolved: bool = False):
+        if arena.dtype != torch.int32 or arena.numel() < layout.size:
+            raise ValueError(f"arena must be int32 with at least {layout.size} words")
+        self.arena = arena
+        self.layout = layout
+        self.kind = OutputKind(kind)
+        self.resolved = resolved
 
     @property
     def num_sequences(self) -> int:
-        return self.cu_seqlens.numel() - 1
+        return self.layout.sequences
 
     @property
     def num_tokens(self) -> int:
-        return self.token_ids.numel()
+        return self.layout.tokens
+
+    def field(self, name: str) -> torch.Tensor:
+        o, n = self.layout.offsets[name]
+        t = self.arena[o:o + n]
+        return t.view(torch.float32) if name == "inv_len" else t
+
+    @property
+    def token_ids(self) -> torch.Tensor:
+        return self.arena[: self.layout.tokens]
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        return self.field("cu")
+
+    @property
+    def lengths(self) -> list[int]:
+        cu = self.field("cu").numpy()
+        return (cu[1:] - cu[:-1]).tolist()
+
+    @classmethod
+    def from_arena(cls, arena: bytearray | memoryview, sequences: int, tokens: int,
+                   kind: OutputKind | str = OutputKind.DENSE) -> "Batch":
+        """Wraps an arena built by the host, options resolved (no copy when
+        it is writable)."""
+        if isinstance(arena, bytes):
+            arena = bytearray(arena)
+        return cls(torch.frombuffer(arena, dtype=torch.int32), Layout.of(sequences, tokens), kind, True)
 
     @classmethod
     def from_lists(
@@ -66,35 +155,22 @@ class Batch:
     ) -> "Batch":
         """Builds a batch from Python lists (convenient, not the fast path)."""
         lengths = [len(s) for s in sequences]
-        cu = [0]
-        for n in lengths:
-            cu.append(cu[-1] + n)
-        flat = [t for s in sequences for t in s]
-        return cls(
-            token_ids=torch.tensor(flat, dtype=torch.int32),
-            cu_seqlens=torch.tensor(cu, dtype=torch.int32),
-            kind=OutputKind(kind),
-            dimensions=None if dimensions is None else torch.tensor(dimensions, dtype=torch.int32),
-            normalize=None if normalize is None else torch.tensor(normalize, dtype=torch.bool),
-            lengths=lengths,
-        )
-
-    @classmethod
-    def from_buffers(
-        cls,
-        token_ids: bytes,
-        lengths: bytes,
-        kind: str,
-        dimensions: bytes,
-        normalize: bytes,
-    ) -> "Batch":
-        """Builds a batch from little-endian buffers (the host's fast path):
-        int32 ids, int32 lengths, int32 dimensions and uint8 normalize flags
-        per sequence (the last two may be empty)."""
-        ids = torch.frombuffer(bytearray(token_ids), dtype=torch.int32)
-        lens = torch.frombuffer(bytearray(lengths), dtype=torch.int32)
-        cu = torch.zeros(lens.numel() + 1, dtype=torch.int32)
-        torch.cumsum(lens, 0, out=cu[1:])
-        dims = torch.frombuffer(bytearray(dimensions), dtype=torch.int32) if dimensions else None
-        norm = torch.frombuffer(bytearray(normalize), dtype=torch.uint8).bool() if normalize else None
-        return cls(ids, cu, OutputKind(kind), dims, norm, lens.tolist())
+        n, t = len(sequences), sum(lengths)
+        if any(x < 0 or x > 0x7FFFFFFF for s in sequences for x in s):
+            raise ValueError("token ids must be non-negative 32-bit integers")
+        layout = Layout.of(n, t)
+        arena = torch.empty(layout.size, dtype=torch.int32)
+        v = layout.views(arena)
+        if t:
+            v["ids"].copy_(torch.tensor([x for s in sequences for x in s], dtype=torch.int64))
+        lens = torch.tensor(lengths, dtype=torch.int32)
+        v["cu"][0] = 0
+        torch.cumsum(lens, 0, out=v["cu"][1:])
+        seg = torch.repeat_interleave(torch.arange(n, dtype=torch.int32), lens)
+        v["seg_ids"].copy_(seg)
+        v["positions"].copy_(torch.arange(t, dtype=torch.int32) - v["cu"][:-1][seg])
+        v["inv_len"].copy_(1.0 / lens.clamp_min(1).to(torch.float32))
+        v["dims"].copy_(torch.tensor(dimensions if dimensions is not None else [0] * n, dtype=torch.int32))
+        v["norm"].copy_(torch.tensor([-1] * n if normalize is None else [int(bool(x)) for x in normalize],
+                                     dtype=torch.int32))
+        return cls(arena, layout, kind)

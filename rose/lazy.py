@@ -1,42 +1,77 @@
 """LazyTensor: a step's output on its way to the host.
 
-On CUDA, the output is copied asynchronously into a page-locked host buffer
-on the compute stream and one event is recorded after the copy, so one event
-covers both "the forward pass finished" and "the bytes are on the host". The
-host may read ``host_ptr()`` once ``event_handle`` has completed (a host
-outside Python waits on it through the CUDA runtime, without the GIL).
-On the CPU the output is already on the host: ``event_handle`` is 0.
+On CUDA the output is copied asynchronously into a page-locked host buffer
+on the compute stream, and one event is recorded after the copy, so one
+event covers both "the forward pass finished" and "the bytes are on the
+host". A host may read ``host_ptr()`` once ``event_handle`` has completed; a
+host outside Python waits on it through the CUDA driver, without the GIL.
+On the CPU the output is already on the host and ``event_handle`` is 0.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from .pinned import PinnedPool
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """How a step ran (for metrics)."""
+
+    mode: str  # "eager", "warmup", "capture", "replay"
+    tokens: int  # real tokens in the batch
+    padded_tokens: int  # tokens computed, filler included
+    capture_seconds: float = 0.0
 
 
 class LazyTensor:
     """A float32 ``rows x cols`` matrix that is, or will soon be, on the host."""
 
-    __slots__ = ("_host", "_event", "_on_release", "rows", "cols")
+    __slots__ = ("_host", "_event", "_pool", "_buffers", "rows", "cols", "info")
 
-    def __init__(self, host: torch.Tensor, event=None, on_release=None):
+    def __init__(self, host: torch.Tensor, rows: int, cols: int, *, event=None,
+                 pool: PinnedPool | None = None, buffers: tuple[torch.Tensor, ...] = (),
+                 info: StepInfo | None = None):
         if host.dtype != torch.float32 or host.device.type != "cpu" or not host.is_contiguous():
             raise ValueError("LazyTensor holds a contiguous float32 host tensor")
+        if host.numel() < rows * cols:
+            raise ValueError(f"host buffer holds {host.numel()} floats, need {rows * cols}")
         self._host = host
         self._event = event
-        self._on_release = on_release
-        self.rows = host.shape[0] if host.dim() > 0 else 1
-        self.cols = host.shape[1] if host.dim() > 1 else 1
+        self._pool = pool
+        self._buffers = buffers
+        self.rows = rows
+        self.cols = cols
+        self.info = info
 
     @classmethod
-    def ready(cls, out: torch.Tensor) -> "LazyTensor":
+    def ready(cls, out: torch.Tensor, info: StepInfo | None = None) -> "LazyTensor":
         """Wraps an output already on the host (the CPU path)."""
         out = out.detach().to(torch.float32).contiguous()
         if out.dim() == 1:
             out = out.unsqueeze(1)
-        return cls(out)
+        return cls(out.view(-1), out.shape[0], out.shape[1], info=info)
+
+    @classmethod
+    def copy_from_device(cls, out: torch.Tensor, pool: PinnedPool, staging: tuple[torch.Tensor, ...] = (),
+                         info: StepInfo | None = None) -> "LazyTensor":
+        """Queues an async copy of a device ``[rows, cols]`` float32 output into
+        a pinned buffer and records the event after it. ``staging`` are pinned
+        input buffers this step read from; they return to the pool with the
+        output buffer, once the event has completed."""
+        rows, cols = out.shape
+        buf = pool.acquire(rows * cols * 4)
+        host = buf.view(torch.float32)
+        host[: rows * cols].copy_(out.reshape(-1), non_blocking=True)
+        event = torch.cuda.Event(blocking=True)
+        event.record()
+        return cls(host, rows, cols, event=event, pool=pool, buffers=(buf, *staging), info=info)
 
     def host_ptr(self) -> int:
-        """Address of the first float (valid while this object is alive)."""
+        """Address of the first float (valid until ``release``)."""
         return self._host.data_ptr()
 
     @property
@@ -50,19 +85,34 @@ class LazyTensor:
             return 0
         return self._event.cuda_event
 
+    @property
+    def mode(self) -> str:
+        return self.info.mode if self.info else "eager"
+
+    @property
+    def padded_tokens(self) -> int:
+        return self.info.padded_tokens if self.info else 0
+
+    @property
+    def capture_seconds(self) -> float:
+        return self.info.capture_seconds if self.info else 0.0
+
     def synchronize(self) -> None:
         """Blocks until the bytes are on the host (from Python)."""
         if self._event is not None:
             self._event.synchronize()
 
     def tensor(self) -> torch.Tensor:
-        """The host tensor, after waiting. Copy it before ``release()``."""
+        """The ``[rows, cols]`` host tensor, after waiting. Copy it before
+        ``release()``: the buffer is reused afterwards."""
         self.synchronize()
-        return self._host
+        return self._host[: self.rows * self.cols].view(self.rows, self.cols)
 
     def release(self) -> None:
-        """Gives the host buffer back to its pool; the data must not be read
-        afterwards. Safe to call more than once."""
-        if self._on_release is not None:
-            cb, self._on_release = self._on_release, None
-            cb(self._host, self._event)
+        """Gives the buffers back to their pool. Safe to call more than once;
+        the pool reuses them only after the event has completed."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            for b in self._buffers:
+                pool.release(b, self._event)
+        self._buffers = ()

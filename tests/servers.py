@@ -90,9 +90,10 @@ class Tulip(Process):
     def __init__(self, model_dir: str | None = None, *, port: int | None = None, log_dir: Path,
                  env: dict[str, str] | None = None, timeout: float = 120.0, **flags):
         self.port = port or free_port()
+        self.metrics_port = int(flags.pop("metrics_port", 0)) or free_port()
         self.model_dir = model_dir or default_model_dir()
         cmd = [sys.executable, "-m", "tulip", "--model", self.model_dir, "--host", "127.0.0.1",
-               "--port", str(self.port)]
+               "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         super().__init__(f"tulip-{self.port}", cmd, env, log_dir)
@@ -105,6 +106,11 @@ class Tulip(Process):
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def metrics(self) -> str:
+        """The Prometheus text of /metrics."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
 
     def client(self):
         from tulip.client import TulipClient

@@ -53,6 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--model-id", help="name reported by Info (default: the directory name)")
     p.flag("--host", default="0.0.0.0", help="address to listen on")
     p.flag("--port", type=int, default=7070, help="gRPC port")
+    p.flag("--metrics-port", type=int, default=7071, help="HTTP port for /metrics and /health (0 = off)")
     p.flag("--device", default="auto", help="cpu, cuda, cuda:N, or auto")
     p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
     p.flag("--attention", default="auto", help="attention backend (sdpa, ...) or auto")
@@ -62,6 +63,12 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--max-inflight", type=int, default=2, help="engine steps running at once (overlap depth)")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
+    p.flag("--graphs", type=_bool, default=True,
+           help="lazily captured CUDA graphs (off = always eager, for debugging)")
+    p.flag("--graph-max-tokens", type=int, default=8192, help="largest padded token count with a graph")
+    p.flag("--graph-max-sequences", type=int, default=64, help="most sequences in a batch with a graph")
+    p.flag("--capture", default="",
+           help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
     p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     return p
@@ -83,12 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from rose import Engine, RoseError
+    from rose.graphs import GraphSettings
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype,
-                                 attention=args.attention, model_id=model_id)
+        settings = GraphSettings(max_tokens=args.graph_max_tokens, max_sequences=args.graph_max_sequences)
+        engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
+                                 model_id=model_id, graphs=args.graphs, graph_settings=settings)
+        if args.capture:
+            engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
         return 2
@@ -107,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             engine,
             host=args.host,
             port=args.port,
+            metrics_port=args.metrics_port,
             max_batch_tokens=args.max_batch_tokens,
             max_batch_sequences=args.max_batch_sequences,
             max_request_sequences=args.max_request_sequences,

@@ -7,6 +7,7 @@ from ..config import ModelSpec
 from ..errors import ModelLoadError
 from .base import EmbeddingModel, StepInputs
 from .bert import BertEmbedder
+from .null import NullModel
 
 __all__ = ["EmbeddingModel", "StepInputs", "attn_shape", "build_model"]
 
@@ -14,7 +15,7 @@ __all__ = ["EmbeddingModel", "StepInputs", "attn_shape", "build_model"]
 def attn_shape(spec: ModelSpec) -> AttnShape:
     """The attention shape of a model, known before building it."""
     cfg = spec.hf_config
-    heads = int(cfg["num_attention_heads"])
+    heads = int(cfg.get("num_attention_heads", 1))
     kv = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
     return AttnShape(heads, kv, head_dim, causal=False)
@@ -23,6 +24,8 @@ def attn_shape(spec: ModelSpec) -> AttnShape:
 def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
     """An unloaded model (weights on the meta device are not used: the model
     is built on the CPU in float32, loaded, then moved)."""
+    if spec.model_type == "null":
+        return NullModel(spec)
     if spec.model_type == "bert" and not spec.is_cross_encoder:
         return BertEmbedder(spec, backend)
     raise ModelLoadError(

@@ -10,10 +10,11 @@ use proto::tulip::v1::Timing;
 
 use crate::cuda;
 use crate::error::TulipError;
+use crate::metrics::Metrics;
 use crate::output::{rows_for, Accumulator};
 use crate::queue::{InFlight, Pool, SeqRef};
 
-pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>) {
+pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>, metrics: Arc<Metrics>) {
     // Steps complete in launch order (one stream), so waiting in order is
     // never slower than waiting on whichever finishes first.
     for step in steps {
@@ -22,7 +23,9 @@ pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>) {
                 s.request.fail(e.clone());
             }
         }
+        metrics.step_seconds.observe(step.launched.elapsed().as_secs_f64());
         pool.finish_step(Some(step.output));
+        metrics.inflight_steps.set(pool.inflight() as i64);
     }
 }
 

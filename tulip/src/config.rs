@@ -18,6 +18,8 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// Largest accepted request message.
     pub max_message_bytes: usize,
+    /// HTTP port for /metrics and /health; 0 disables it.
+    pub metrics_port: u16,
 }
 
 impl ServeConfig {

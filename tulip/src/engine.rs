@@ -6,9 +6,10 @@
 use proto::tulip::v1::OutputKind;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::PyByteArray;
 
 use crate::error::TulipError;
+use crate::metrics::Mode;
 
 /// The output kinds, as the engine names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,15 +72,52 @@ pub struct ModelInfo {
     pub device: String,
 }
 
-/// One batch in the engine's buffer layout (little-endian int32 ids and
-/// lengths, int32 dimensions and uint8 normalize flags per sequence).
+/// One batch as the engine's int32 arena (see `rose/interface.py`, class
+/// `Batch`): ids, positions, sequence index per token, cu_seqlens, 1/length
+/// (f32 bits), dimensions, normalize. Built here, outside the GIL, so the
+/// Python side of a step only wraps it.
 #[derive(Debug, Default)]
 pub struct HostBatch {
     pub kind: Option<Kind>,
-    pub ids: Vec<u8>,
-    pub lengths: Vec<u8>,
-    pub dimensions: Vec<u8>,
-    pub normalize: Vec<u8>,
+    pub sequences: usize,
+    pub tokens: usize,
+    pub arena: Vec<u8>,
+}
+
+impl HostBatch {
+    /// Builds the arena from `(token ids, dimensions, normalize)` per sequence.
+    pub fn build<'a>(kind: Kind, seqs: impl ExactSizeIterator<Item = (&'a [u32], u32, bool)> + Clone) -> Self {
+        let n = seqs.len();
+        let t: usize = seqs.clone().map(|s| s.0.len()).sum();
+        let words = 3 * t + (n + 1) + 3 * n;
+        let mut a: Vec<u32> = Vec::with_capacity(words);
+        for (ids, _, _) in seqs.clone() {
+            a.extend_from_slice(ids);
+        }
+        for (ids, _, _) in seqs.clone() {
+            a.extend(0..ids.len() as u32);
+        }
+        for (i, (ids, _, _)) in seqs.clone().enumerate() {
+            a.extend(std::iter::repeat_n(i as u32, ids.len()));
+        }
+        a.push(0);
+        let mut total = 0u32;
+        for (ids, _, _) in seqs.clone() {
+            total += ids.len() as u32;
+            a.push(total);
+        }
+        a.extend(seqs.clone().map(|(ids, _, _)| (1.0f32 / ids.len() as f32).to_bits()));
+        a.extend(seqs.clone().map(|(_, dims, _)| dims));
+        a.extend(seqs.map(|(_, _, norm)| u32::from(norm)));
+        debug_assert_eq!(a.len(), words);
+        let arena = a.iter().flat_map(|w| w.to_le_bytes()).collect();
+        Self {
+            kind: Some(kind),
+            sequences: n,
+            tokens: t,
+            arena,
+        }
+    }
 }
 
 /// A launched step: the Python LazyTensor plus what Rust needs to read it.
@@ -91,6 +129,10 @@ pub struct LazyOutput {
     pub cols: usize,
     /// `cudaEvent_t` to wait on; 0 when the data is already on the host.
     pub event: usize,
+    /// How the step ran (optional attributes of the engine's LazyTensor).
+    pub mode: Mode,
+    pub padded_tokens: usize,
+    pub capture_seconds: f64,
 }
 
 impl LazyOutput {
@@ -148,17 +190,18 @@ impl EngineHandle {
         let kind = batch.kind.unwrap_or(Kind::Dense);
         let result = (|| -> PyResult<LazyOutput> {
             let pybatch = self.batch_type.bind(py).call_method1(
-                "from_buffers",
-                (
-                    PyBytes::new(py, &batch.ids),
-                    PyBytes::new(py, &batch.lengths),
-                    kind.as_str(),
-                    PyBytes::new(py, &batch.dimensions),
-                    PyBytes::new(py, &batch.normalize),
-                ),
+                "from_arena",
+                (PyByteArray::new(py, &batch.arena), batch.sequences, batch.tokens, kind.as_str()),
             )?;
             let lazy = self.engine.bind(py).call_method1("step", (pybatch,))?;
+            let optional = |name: &str| lazy.getattr(name).ok();
+            let mode = optional("mode")
+                .and_then(|m| m.extract::<String>().ok())
+                .map_or(Mode::Eager, |m| Mode::from_name(&m));
             Ok(LazyOutput {
+                mode,
+                padded_tokens: optional("padded_tokens").and_then(|v| v.extract().ok()).unwrap_or(0),
+                capture_seconds: optional("capture_seconds").and_then(|v| v.extract().ok()).unwrap_or(0.0),
                 ptr: lazy.call_method0("host_ptr")?.extract()?,
                 rows: lazy.getattr("rows")?.extract()?,
                 cols: lazy.getattr("cols")?.extract()?,
@@ -187,5 +230,32 @@ fn python_error(py: Python<'_>, e: PyErr) -> TulipError {
         let msg = format!("{}: {}", e.get_type(py).name().map(|n| n.to_string()).unwrap_or_default(), e.value(py));
         tracing::error!(error = %msg, "engine step failed");
         TulipError::Engine(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(b: &HostBatch) -> Vec<u32> {
+        b.arena.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn arena_layout_matches_the_engine_contract() {
+        let a: &[u32] = &[7, 8, 9];
+        let b: &[u32] = &[5];
+        let batch = HostBatch::build(Kind::Dense, [(a, 384, true), (b, 32, false)].into_iter());
+        assert_eq!((batch.sequences, batch.tokens), (2, 4));
+        let w = words(&batch);
+        assert_eq!(&w[0..4], &[7, 8, 9, 5]); // ids
+        assert_eq!(&w[4..8], &[0, 1, 2, 0]); // positions
+        assert_eq!(&w[8..12], &[0, 0, 0, 1]); // seg_ids
+        assert_eq!(&w[12..15], &[0, 3, 4]); // cu_seqlens
+        assert_eq!(f32::from_bits(w[15]), 1.0 / 3.0);
+        assert_eq!(f32::from_bits(w[16]), 1.0);
+        assert_eq!(&w[17..19], &[384, 32]); // dims
+        assert_eq!(&w[19..21], &[1, 0]); // normalize
+        assert_eq!(w.len(), 21);
     }
 }

@@ -7,6 +7,8 @@ mod config;
 pub mod cuda;
 mod engine;
 mod error;
+mod metrics;
+mod metrics_http;
 mod output;
 mod queue;
 mod scheduler;
@@ -30,7 +32,7 @@ use crate::config::ServeConfig;
     engine, batch_type, *, host = "0.0.0.0".to_string(), port = 7070,
     max_batch_tokens = 16384, max_batch_sequences = 64, max_request_sequences = 2048,
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
-    log = "info".to_string(),
+    metrics_port = 7071, log = "info".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
@@ -45,6 +47,7 @@ fn serve(
     max_inflight: usize,
     drain_timeout: f64,
     max_message_bytes: usize,
+    metrics_port: u16,
     log: String,
 ) -> PyResult<()> {
     init_logging(&log);
@@ -60,8 +63,17 @@ fn serve(
         max_inflight,
         drain_timeout: Duration::from_secs_f64(drain_timeout),
         max_message_bytes,
+        metrics_port,
     };
     server::serve(py, engine, batch_type, config)
+}
+
+/// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`)
+/// has completed, with the GIL released: the same wait Tulip's completion
+/// thread performs. 0 means "no event" and returns at once.
+#[pyfunction]
+fn wait_event(py: Python<'_>, handle: usize) -> PyResult<()> {
+    py.detach(|| cuda::wait(handle)).map_err(pyo3::exceptions::PyRuntimeError::new_err)
 }
 
 fn init_logging(filter: &str) {
@@ -78,6 +90,7 @@ fn init_logging(filter: &str) {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_event, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

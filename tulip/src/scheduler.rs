@@ -9,13 +9,14 @@ use std::time::Instant;
 
 use pyo3::Python;
 
-use crate::engine::{EngineHandle, HostBatch, LazyOutput};
+use crate::engine::{EngineHandle, HostBatch, Kind, LazyOutput};
+use crate::metrics::{Metrics, Mode, ModeLabel};
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
-pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>) {
+pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>, metrics: Arc<Metrics>) {
     loop {
         match pool.next_work() {
-            Work::Batch(seqs, releases) => launch(&pool, &engine, &done, seqs, releases),
+            Work::Batch(seqs, releases) => launch(&pool, &engine, &done, &metrics, seqs, releases),
             Work::Release(releases) => Python::attach(|py| release_all(py, releases)),
             Work::Stop(releases) => {
                 // Python references are dropped deterministically, with the GIL.
@@ -33,6 +34,7 @@ fn launch(
     pool: &Pool,
     engine: &EngineHandle,
     done: &Sender<InFlight>,
+    metrics: &Metrics,
     seqs: Vec<SeqRef>,
     releases: Vec<LazyOutput>,
 ) {
@@ -47,8 +49,11 @@ fn launch(
         release_all(py, releases);
         engine.step(py, &batch)
     });
+    metrics.inflight_steps.set(pool.inflight() as i64);
+    metrics.queued_sequences.set(pool.queued_sequences() as i64);
     match result {
         Ok(output) => {
+            record_step(metrics, &seqs, &output);
             let step = InFlight {
                 seqs,
                 output,
@@ -70,6 +75,19 @@ fn launch(
     }
 }
 
+fn record_step(metrics: &Metrics, seqs: &[SeqRef], output: &LazyOutput) {
+    let tokens: usize = seqs.iter().map(SeqRef::len).sum();
+    metrics.batch_tokens.observe(tokens as f64);
+    metrics.batch_sequences.observe(seqs.len() as f64);
+    metrics.tokens.inc_by(tokens as u64);
+    metrics.padded_tokens.inc_by(output.padded_tokens.saturating_sub(tokens) as u64);
+    metrics.steps.get_or_create(&ModeLabel { mode: output.mode }).inc();
+    if output.mode == Mode::Capture {
+        metrics.graphs_captured.inc();
+        metrics.capture_seconds.observe(output.capture_seconds);
+    }
+}
+
 fn fail(seqs: &[SeqRef], why: &str) {
     for s in seqs {
         s.request
@@ -83,25 +101,13 @@ fn release_all(py: Python<'_>, releases: Vec<LazyOutput>) {
     }
 }
 
-/// The batch in the engine's buffer layout.
+/// The batch in the engine's arena layout. Ids were checked against the
+/// vocabulary, so they fit in int32.
 fn host_batch(seqs: &[SeqRef]) -> HostBatch {
-    let tokens: usize = seqs.iter().map(SeqRef::len).sum();
-    let mut b = HostBatch {
-        kind: seqs.first().map(|s| s.request.kind),
-        ids: Vec::with_capacity(tokens * 4),
-        lengths: Vec::with_capacity(seqs.len() * 4),
-        dimensions: Vec::with_capacity(seqs.len() * 4),
-        normalize: Vec::with_capacity(seqs.len()),
-    };
-    for s in seqs {
-        let r = &s.request;
-        for &id in r.sequence(s.index) {
-            // Ids were checked against the vocabulary, so they fit in i32.
-            b.ids.extend_from_slice(&(id as i32).to_le_bytes());
-        }
-        b.lengths.extend_from_slice(&(s.len() as i32).to_le_bytes());
-        b.dimensions.extend_from_slice(&(r.dimensions as i32).to_le_bytes());
-        b.normalize.push(u8::from(r.normalize));
-    }
-    b
+    let kind = seqs.first().map_or(Kind::Dense, |s| s.request.kind);
+    HostBatch::build(
+        kind,
+        seqs.iter()
+            .map(|s| (s.request.sequence(s.index), s.request.dimensions, s.request.normalize)),
+    )
 }

@@ -16,10 +16,11 @@ use tonic_health::ServingStatus;
 
 use crate::config::ServeConfig;
 use crate::engine::{EngineHandle, ModelInfo};
+use crate::metrics::Metrics;
 use crate::queue::Pool;
 use crate::service::{ServiceState, TulipService};
 use crate::validate::Limits;
-use crate::{completion, scheduler};
+use crate::{completion, metrics_http, scheduler};
 
 /// How often the waiting main thread looks for Python signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
@@ -50,16 +51,30 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
         .block_on(tokio::net::TcpListener::bind(addr))
         .map_err(|e| PyOSError::new_err(format!("cannot listen on {addr}: {e}")))?;
 
+    let metrics_listener = match config.metrics_port {
+        0 => None,
+        port => {
+            let addr = SocketAddr::new(addr.ip(), port);
+            Some(
+                runtime
+                    .block_on(tokio::net::TcpListener::bind(addr))
+                    .map_err(|e| PyOSError::new_err(format!("cannot listen on {addr} (metrics): {e}")))?,
+            )
+        }
+    };
+    let metrics = Metrics::new();
     let pool = Arc::new(Pool::new(config.max_batch_tokens, config.max_batch_sequences, config.max_inflight));
     let (done_tx, done_rx) = mpsc::channel();
     let threads = [
         spawn("tulip-scheduler", {
             let pool = Arc::clone(&pool);
-            move || scheduler::run(pool, engine, done_tx)
+            let metrics = Arc::clone(&metrics);
+            move || scheduler::run(pool, engine, done_tx, metrics)
         })?,
         spawn("tulip-completion", {
             let pool = Arc::clone(&pool);
-            move || completion::run(pool, done_rx)
+            let metrics = Arc::clone(&metrics);
+            move || completion::run(pool, done_rx, metrics)
         })?,
     ];
 
@@ -71,9 +86,17 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
             max_request_sequences: config.max_request_sequences,
         },
         state: Arc::clone(&state),
+        metrics: Arc::clone(&metrics),
     };
     let (health, health_service) = tonic_health::server::health_reporter();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // The metrics server outlives the gRPC drain, so the drain is observable.
+    let (metrics_stop_tx, metrics_stop_rx) = oneshot::channel::<()>();
+    let metrics_server = metrics_listener.map(|listener| {
+        runtime.spawn(metrics_http::serve(listener, Arc::clone(&metrics), async {
+            let _ = metrics_stop_rx.await;
+        }))
+    });
     let server = runtime.spawn({
         let health = health.clone();
         let max = config.max_message_bytes;
@@ -113,6 +136,7 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
 
     // Drain: refuse new work, let in-flight requests finish, then stop.
     state.draining.store(true, Ordering::SeqCst);
+    metrics.draining.set(1);
     runtime.block_on(async {
         health.set_not_serving::<TulipServer<TulipService>>().await;
         health.set_service_status("", ServingStatus::NotServing).await;
@@ -136,6 +160,10 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
             Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server task failed"),
             Err(_) => tracing::warn!("gRPC server did not stop in time"),
             Ok(Ok(Ok(()))) => {}
+        }
+        let _ = metrics_stop_tx.send(());
+        if let Some(m) = metrics_server {
+            let _ = runtime.block_on(async { tokio::time::timeout(SERVER_STOP, m).await });
         }
         runtime.shutdown_timeout(Duration::from_secs(1));
     });

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use proto::tulip::v1::tulip_server::Tulip;
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
@@ -10,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::ModelInfo;
 use crate::error::TulipError;
+use crate::metrics::{Code, Metrics};
 use crate::queue::Pool;
 use crate::validate::{validate, Limits};
 
@@ -18,6 +20,7 @@ pub struct TulipService {
     pub model: Arc<ModelInfo>,
     pub limits: Limits,
     pub state: Arc<ServiceState>,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Shared with the shutdown path: whether new work is refused, and how many
@@ -36,22 +39,36 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+impl TulipService {
+    async fn run(&self, request: EmbedRequest) -> Result<EmbedResponse, TulipError> {
+        if self.state.draining.load(Ordering::SeqCst) {
+            return Err(TulipError::Unavailable("server is draining; retry on another replica".into()));
+        }
+        let (tx, rx) = oneshot::channel();
+        let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
+        self.pool.submit(Arc::new(req))?;
+        rx.await
+            .unwrap_or_else(|_| Err(TulipError::Unavailable("request was dropped while the server stopped".into())))
+    }
+}
+
 #[tonic::async_trait]
 impl Tulip for TulipService {
     async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+        let started = Instant::now();
         self.state.active.fetch_add(1, Ordering::SeqCst);
         let _active = ActiveGuard(&self.state.active);
-        if self.state.draining.load(Ordering::SeqCst) {
-            return Err(TulipError::Unavailable("server is draining; retry on another replica".into()).into());
+        self.metrics.active_requests.set(self.state.active.load(Ordering::SeqCst) as i64);
+        let result = self.run(request.into_inner()).await;
+        let m = &self.metrics;
+        m.observe_request(Code::of(&result.as_ref().map(|_| ())), started.elapsed());
+        if let Ok(resp) = &result {
+            if let Some(t) = &resp.timing {
+                m.queue_seconds.observe(t.queue_us as f64 * 1e-6);
+                m.inference_seconds.observe(t.inference_us as f64 * 1e-6);
+            }
         }
-        let (tx, rx) = oneshot::channel();
-        let req = validate(request.into_inner(), &self.model, &self.limits, tx).map_err(|(e, _)| Status::from(e))?;
-        self.pool.submit(Arc::new(req))?;
-        match rx.await {
-            Ok(Ok(resp)) => Ok(Response::new(resp)),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(Status::unavailable("request was dropped while the server stopped")),
-        }
+        result.map(Response::new).map_err(Status::from)
     }
 
     async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {

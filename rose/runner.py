@@ -1,0 +1,175 @@
+"""Runs steps: eagerly, or through a configuration's static buffers and its
+lazily captured CUDA graph, and returns the output as a LazyTensor.
+
+The host never waits here. On CUDA a step's inputs are packed into one pinned
+buffer and copied to the device with one asynchronous copy; the output is
+copied back asynchronously into another pinned buffer, and one event is
+recorded after that copy. Both buffers return to the pool only after the
+event has completed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .attention import AttentionBackend
+from .graphs import Action, Dispatcher, GraphKey, GraphSettings
+from .interface import Batch, Layout, OutputKind
+from .layout import repack, resolve_defaults, rows_for, step_inputs
+from .lazy import LazyTensor, StepInfo
+from .models import EmbeddingModel
+from .pinned import PinnedPool
+
+log = logging.getLogger("rose.graphs")
+
+
+@dataclass
+class _Entry:
+    """One configuration's static input arena, output and graph."""
+
+    layout: Layout
+    arena: torch.Tensor
+    graph: torch.cuda.CUDAGraph | None = None
+    out: torch.Tensor | None = None
+
+
+@dataclass
+class RunnerStats:
+    steps: dict[str, int] = field(default_factory=lambda: {a.value: 0 for a in Action})
+    capture_seconds: float = 0.0
+    padded_tokens: int = 0
+
+
+class Runner:
+    """Executes steps for one model on one device."""
+
+    def __init__(self, model: EmbeddingModel, device: torch.device, backend: AttentionBackend,
+                 dimension: int, normalize_default: bool, settings: GraphSettings | None = None,
+                 graphs: bool = True, static_on_cpu: bool = False):
+        self.model = model
+        self.device = device
+        self.backend = backend
+        self.dimension = dimension
+        self.normalize_default = normalize_default
+        self.cuda = device.type == "cuda"
+        # Static buffers on the CPU run the same bookkeeping without graphs,
+        # so the path can be tested where there is no GPU.
+        use_static = (self.cuda and graphs and backend.capture_safe) or (not self.cuda and static_on_cpu)
+        self.dispatcher = Dispatcher(settings or GraphSettings(), enabled=use_static)
+        self.pool = PinnedPool(pin=self.cuda)
+        self.stats = RunnerStats()
+        self._entries: dict[GraphKey, _Entry] = {}
+        self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        if self.cuda and graphs and not backend.capture_safe:
+            log.warning("attention backend %s is not capture-safe: CUDA graphs are off", backend.name)
+
+    def run(self, batch: Batch) -> LazyTensor:
+        resolve_defaults(batch, self.dimension, self.normalize_default)
+        key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
+        action = self.dispatcher.hit(key)
+        with torch.inference_mode():
+            if action is Action.EAGER:
+                return self._eager(batch)
+            return self._static(batch, key, action)
+
+    def capture(self, key: GraphKey) -> None:
+        """Warms up and captures one configuration now (for operators who
+        prefer paying capture at start-up)."""
+        if not self.dispatcher.enabled:
+            raise ValueError("CUDA graphs are not enabled on this engine")
+        n, t = key.sequences, key.tokens - 1
+        if n > t:
+            raise ValueError(f"{key}: more sequences than tokens")
+        lengths = [t // n + (1 if i < t % n else 0) for i in range(n)]
+        batch = Batch.from_lists([[1] * k for k in lengths], key.kind)
+        for _ in range(2):
+            out = self.run(batch)
+            out.synchronize()
+            out.release()
+
+    # Eager: exact shapes, no padding.
+
+    def _eager(self, batch: Batch) -> LazyTensor:
+        layout = batch.layout
+        info = StepInfo("eager", layout.real_tokens, layout.tokens)
+        self._count(Action.EAGER, layout)
+        lengths = batch.lengths
+        if not self.cuda:
+            out = self._forward(batch.kind, batch.arena, layout, lengths, max(lengths))
+            return LazyTensor.ready(out, info)
+        staging = self.pool.acquire(layout.size * 4)
+        host = staging.view(torch.int32)[: layout.size]
+        host.copy_(batch.arena[: layout.size])
+        arena = torch.empty(layout.size, dtype=torch.int32, device=self.device)
+        arena.copy_(host, non_blocking=True)
+        out = self._forward(batch.kind, arena, layout, lengths, max(lengths))
+        return LazyTensor.copy_from_device(_f32(out), self.pool, (staging,), info)
+
+    # Static buffers: warm-up, capture, replay.
+
+    def _static(self, batch: Batch, key: GraphKey, action: Action) -> LazyTensor:
+        entry = self._entries.get(key)
+        if entry is None:
+            layout = Layout.of(key.sequences, key.tokens - 1, key.tokens)
+            arena = torch.zeros(layout.size, dtype=torch.int32, device=self.device)
+            entry = self._entries[key] = _Entry(layout, arena)
+        layout = Layout.of(batch.num_sequences, batch.num_tokens, key.tokens)
+        lengths = [*batch.lengths, layout.tokens - layout.real_tokens]
+        staging = None
+        if self.cuda:
+            staging = self.pool.acquire(layout.size * 4)
+            host = staging.view(torch.int32)[: layout.size]
+            repack(batch, layout, host, self.dimension)
+            entry.arena.copy_(host, non_blocking=True)
+        else:
+            repack(batch, layout, entry.arena, self.dimension)
+
+        capture_s = self._capture(entry, key, lengths) if action is Action.CAPTURE else 0.0
+        if entry.graph is not None and action in (Action.CAPTURE, Action.REPLAY):
+            entry.graph.replay()
+            out = entry.out
+        else:  # warm-up, a failed capture, or the CPU (same buffers, no graph)
+            out = self._forward(key.kind, entry.arena, layout, lengths, layout.tokens)
+        self._count(action, layout, capture_s)
+        info = StepInfo(action.value, layout.real_tokens, layout.tokens, capture_s)
+        rows = out[: rows_for(key.kind, layout)]
+        if not self.cuda:
+            return LazyTensor.ready(rows, info)
+        return LazyTensor.copy_from_device(_f32(rows), self.pool, (staging,), info)
+
+    def _capture(self, entry: _Entry, key: GraphKey, lengths: list[int]) -> float:
+        started = time.perf_counter()
+        if not self.cuda:
+            self.dispatcher.captured(key)
+            return 0.0
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self._graph_pool):
+                out = self._forward(key.kind, entry.arena, entry.layout, lengths, entry.layout.tokens)
+        except Exception:  # a kernel that cannot be captured: stay eager
+            log.exception("capture of %s failed; it will run eagerly on static buffers", key)
+            self.dispatcher.failed(key)
+            return time.perf_counter() - started
+        entry.graph, entry.out = graph, _f32(out)
+        self.dispatcher.captured(key)
+        elapsed = time.perf_counter() - started
+        log.info("captured %s in %.0f ms", key, elapsed * 1e3)
+        return elapsed
+
+    def _forward(self, kind: OutputKind, arena: torch.Tensor, layout: Layout, lengths: list[int],
+                 max_seqlen: int) -> torch.Tensor:
+        x = step_inputs(arena, layout, self.backend, self.model.causal, lengths, max_seqlen)
+        return self.model(kind, x)
+
+    def _count(self, action: Action, layout: Layout, capture_s: float = 0.0) -> None:
+        self.stats.steps[action.value] += 1
+        self.stats.padded_tokens += layout.tokens - layout.real_tokens
+        self.stats.capture_seconds += capture_s
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()

@@ -1,0 +1,188 @@
+//! Tulip's Prometheus metrics. Labels come from fixed enums, never from
+//! request data.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::error::TulipError;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    InvalidArgument,
+    Unavailable,
+    Internal,
+}
+
+impl EncodeLabelValue for Code {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Ok => "ok",
+            Self::InvalidArgument => "invalid_argument",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        })
+    }
+}
+
+impl EncodeLabelValue for Mode {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Eager => "eager",
+            Self::Warmup => "warmup",
+            Self::Capture => "capture",
+            Self::Replay => "replay",
+        })
+    }
+}
+
+impl Code {
+    pub fn of(result: &Result<(), &TulipError>) -> Self {
+        match result {
+            Ok(()) => Self::Ok,
+            Err(TulipError::InvalidArgument(_)) => Self::InvalidArgument,
+            Err(TulipError::Unavailable(_)) => Self::Unavailable,
+            Err(TulipError::Engine(_)) => Self::Internal,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: Code,
+}
+
+/// How a step ran: eagerly, or through a configuration's static buffers.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Mode {
+    Eager,
+    Warmup,
+    Capture,
+    Replay,
+}
+
+impl Mode {
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "warmup" => Self::Warmup,
+            "capture" => Self::Capture,
+            "replay" => Self::Replay,
+            _ => Self::Eager,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    pub mode: Mode,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<CodeLabel, Counter>,
+    pub request_seconds: Histogram,
+    pub queue_seconds: Histogram,
+    pub inference_seconds: Histogram,
+    pub step_seconds: Histogram,
+    pub batch_tokens: Histogram,
+    pub batch_sequences: Histogram,
+    pub tokens: Counter,
+    pub padded_tokens: Counter,
+    pub steps: Family<ModeLabel, Counter>,
+    pub graphs_captured: Gauge,
+    pub capture_seconds: Histogram,
+    pub inflight_steps: Gauge,
+    pub queued_sequences: Gauge,
+    pub active_requests: Gauge,
+    pub draining: Gauge,
+}
+
+fn latency() -> Histogram {
+    // 50 µs .. ~26 s
+    Histogram::new(exponential_buckets(50e-6, 2.0, 20))
+}
+
+fn sizes() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 17))
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Self> {
+        let mut r = Registry::default();
+        let m = Self {
+            requests: Family::default(),
+            request_seconds: latency(),
+            queue_seconds: latency(),
+            inference_seconds: latency(),
+            step_seconds: latency(),
+            batch_tokens: sizes(),
+            batch_sequences: sizes(),
+            tokens: Counter::default(),
+            padded_tokens: Counter::default(),
+            steps: Family::default(),
+            graphs_captured: Gauge::default(),
+            capture_seconds: Histogram::new(exponential_buckets(1e-3, 2.0, 16)),
+            inflight_steps: Gauge::default(),
+            queued_sequences: Gauge::default(),
+            active_requests: Gauge::default(),
+            draining: Gauge::default(),
+            registry: Registry::default(),
+        };
+        r.register("tulip_requests", "Embed requests by gRPC status", m.requests.clone());
+        r.register("tulip_request_duration_seconds", "Embed request time in Tulip", m.request_seconds.clone());
+        r.register("tulip_queue_duration_seconds", "Time from arrival until a request's last sequence was batched", m.queue_seconds.clone());
+        r.register("tulip_inference_duration_seconds", "Time from a request's first launch until its last row was on the host", m.inference_seconds.clone());
+        r.register("tulip_step_duration_seconds", "Engine step time, launch to rows on the host", m.step_seconds.clone());
+        r.register("tulip_batch_tokens", "Real tokens per engine step", m.batch_tokens.clone());
+        r.register("tulip_batch_sequences", "Sequences per engine step", m.batch_sequences.clone());
+        r.register("tulip_tokens", "Real tokens processed", m.tokens.clone());
+        r.register("tulip_padded_tokens", "Filler tokens computed to reach a graph bucket", m.padded_tokens.clone());
+        r.register("tulip_steps", "Engine steps by how they ran (eager, warmup, capture, replay)", m.steps.clone());
+        r.register("tulip_graphs_captured", "CUDA graphs captured", m.graphs_captured.clone());
+        r.register("tulip_graph_capture_duration_seconds", "Time to capture one CUDA graph", m.capture_seconds.clone());
+        r.register("tulip_inflight_steps", "Engine steps launched and not yet completed", m.inflight_steps.clone());
+        r.register("tulip_queued_sequences", "Sequences waiting for a batch", m.queued_sequences.clone());
+        r.register("tulip_active_requests", "Embed requests being answered", m.active_requests.clone());
+        r.register("tulip_draining", "1 while the server drains before stopping", m.draining.clone());
+        Arc::new(Self { registry: r, ..m })
+    }
+
+    pub fn observe_request(&self, code: Code, total: Duration) {
+        self.requests.get_or_create(&CodeLabel { code }).inc();
+        self.request_seconds.observe(total.as_secs_f64());
+    }
+
+    /// Prometheus text exposition (OpenMetrics).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_registered_metrics() {
+        let m = Metrics::new();
+        m.observe_request(Code::InvalidArgument, Duration::from_millis(2));
+        m.steps.get_or_create(&ModeLabel { mode: Mode::Replay }).inc();
+        let text = m.render();
+        assert!(text.contains("tulip_requests_total{code=\"invalid_argument\"} 1"), "{text}");
+        assert!(text.contains("tulip_steps_total{mode=\"replay\"} 1"), "{text}");
+        assert!(text.contains("tulip_request_duration_seconds_count 1"), "{text}");
+    }
+}

@@ -1,0 +1,35 @@
+//! A small HTTP server beside gRPC: `GET /metrics` (Prometheus) and
+//! `GET /health` (liveness: answers while the process runs, never waits on
+//! the engine, so a busy replica is not restarted).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::metrics::Metrics;
+
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, stop: impl std::future::Future<Output = ()> + Send + 'static) {
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = Arc::clone(&metrics);
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        m.render(),
+                    )
+                        .into_response()
+                }
+            }),
+        )
+        .route("/health", get(|| async { "ok" }));
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+        tracing::warn!(?addr, error = %e, "metrics server error");
+    }
+}
