@@ -85,6 +85,13 @@ pub struct Config {
     #[arg(long, env = "IVY_CHUNK_TOKENS", default_value_t = 2048)]
     pub chunk_tokens: usize,
 
+    /// Most chunks of one request in flight per healthy replica (0 = all at
+    /// once). A bound keeps a large request from filling the replicas'
+    /// queues, so short requests arriving after it wait behind a few chunks
+    /// rather than the whole request; two per replica keep each one busy.
+    #[arg(long, env = "IVY_CHUNKS_PER_REPLICA", default_value_t = 2)]
+    pub chunks_per_replica: usize,
+
     /// Attempts per chunk: a chunk whose replica fails is retried on another
     /// one, up to this many attempts in all, within the request's timeout.
     #[arg(long, env = "IVY_MAX_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]

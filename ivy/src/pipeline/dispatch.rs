@@ -1,12 +1,13 @@
-//! Sending chunks to replicas: all chunks of a request at once, each to the
-//! replica the balancing policy picks; a chunk whose replica fails is retried
-//! on another one, up to `--max-attempts` in all (the request's deadline
-//! bounds the whole). The first chunk that cannot succeed fails the request
-//! and cancels the others.
+//! Sending chunks to replicas: in order, at most `--chunks-per-replica` x
+//! (healthy replicas) of a request in flight at once, each to the replica
+//! the balancing policy picks when it leaves; a chunk whose replica fails is
+//! retried on another one, up to `--max-attempts` in all (the request's
+//! deadline bounds the whole). The first chunk that cannot succeed fails the
+//! request and cancels the others.
 
 use std::sync::Arc;
 
-use futures_util::future::try_join_all;
+use futures_util::stream::{self, StreamExt, TryStreamExt};
 use proto::tulip::v1::{EmbedRequest, EmbedResponse};
 
 use super::chunk::Chunk;
@@ -21,14 +22,26 @@ pub async fn send_all(
     chunks: &[Chunk],
     template: &EmbedRequest,
 ) -> Result<Vec<EmbedResponse>, ApiError> {
-    try_join_all(chunks.iter().map(|c| {
-        let request = EmbedRequest {
-            token_ids: tokenized.token_ids[c.tokens.clone()].to_vec(),
-            lengths: tokenized.lengths[c.sequences.clone()].to_vec(),
-            ..template.clone()
-        };
-        send(state, request)
-    }))
+    let window = match state.config.chunks_per_replica {
+        0 => chunks.len(),
+        n => n * state.replicas.routable_count().max(1),
+    };
+    // Built up front: a closure inside the stream type trips the compiler's
+    // `Send` check on the gRPC handlers' futures.
+    let sends: Vec<_> = chunks
+        .iter()
+        .map(|c| {
+            let request = EmbedRequest {
+                token_ids: tokenized.token_ids[c.tokens.clone()].to_vec(),
+                lengths: tokenized.lengths[c.sequences.clone()].to_vec(),
+                ..template.clone()
+            };
+            send(state, request)
+        })
+        .collect();
+    stream::iter(sends)
+        .buffered(window.max(1))
+    .try_collect()
     .await
 }
 
