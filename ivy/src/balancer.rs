@@ -107,6 +107,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn least_loaded_picks_the_fewest_tokens_in_flight() {
+        let rs = replicas(3);
+        for (r, load) in rs.iter().zip([300, 20, 150]) {
+            r.add_load(load);
+        }
+        let p = LeastLoaded::default();
+        for _ in 0..6 {
+            assert!(Arc::ptr_eq(&p.pick(&rs, &[]).unwrap(), &rs[1]));
+        }
+        assert!(Arc::ptr_eq(&p.pick(&rs, &[Arc::clone(&rs[1])]).unwrap(), &rs[2]));
+    }
+
+    #[tokio::test]
     async fn ties_rotate_and_round_robin_cycles() {
         let rs = replicas(3);
         let ll = LeastLoaded::default();

@@ -146,13 +146,16 @@ impl Metrics {
     }
 }
 
+/// A per-replica series: name, help, and how to read it.
+type Series<T> = (&'static str, &'static str, fn(&Replica) -> T);
+
 /// Per-replica series, read from the replicas at scrape time.
 #[derive(Debug)]
 struct ReplicaCollector(Vec<Arc<Replica>>);
 
 impl Collector for ReplicaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let gauges: [(&str, &str, fn(&Replica) -> i64); 2] = [
+        let gauges: [Series<i64>; 2] = [
             ("ivy_replica_up", "1 if the replica takes new work (healthy), 0 if not", |r| r.is_routable() as i64),
             ("ivy_replica_inflight_tokens", "Tokens this Ivy has in flight on the replica", |r| r.inflight_tokens() as i64),
         ];
@@ -163,7 +166,7 @@ impl Collector for ReplicaCollector {
                 ConstGauge::new(value(r)).encode(family.encode_family(&labels)?)?;
             }
         }
-        let counters: [(&str, &str, fn(&Replica) -> u64); 3] = [
+        let counters: [Series<u64>; 3] = [
             ("ivy_replica_tokens", "Tokens completed on the replica", |r| r.stats().tokens),
             ("ivy_replica_chunks", "Chunks completed on the replica", |r| r.stats().chunks),
             ("ivy_replica_failures", "Chunk attempts that failed on the replica", |r| r.stats().failures),

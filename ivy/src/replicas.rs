@@ -228,6 +228,11 @@ impl Replica {
         outcome
     }
 
+    #[cfg(test)]
+    pub fn add_load(&self, tokens: u64) {
+        self.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
+    }
+
     fn classify(&self, status: tonic::Status) -> AttemptError {
         use tonic::Code;
         let msg = status.message();
