@@ -25,6 +25,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(predicate, what: str, timeout: float = 60.0, every: float = 0.1):
+    """Polls ``predicate`` until it returns something true (returned) or
+    fails after ``timeout`` seconds, naming ``what`` it waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
 def default_model_dir() -> str:
     from tulip.launcher import default_model_dir as find
 

@@ -7,14 +7,13 @@ request and is used again once restarted."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from tests.conftest import corpus_lines
-from tests.servers import Ivy, Tulip, start_tulips
+from tests.servers import Ivy, Tulip, start_tulips, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +26,6 @@ def texts(n: int, offset: int = 0) -> list[str]:
     assert len(mixed) >= n
     return mixed[:n]
 
-
-def wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def series(ivy: Ivy, name: str, replica: Tulip) -> float:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.conftest import corpus_lines
-from tests.servers import Ivy
+from tests.servers import Ivy, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,14 +19,6 @@ pytestmark = pytest.mark.slow
 # request keeps a CPU replica busy for a while.
 HEAVY = {"input": corpus_lines("calibration_miracl.txt")[:64]}
 
-
-def wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def burst(ivy: Ivy, path: str, payload: dict, n: int) -> list[tuple[int, object]]:

@@ -4,25 +4,16 @@ ids on every response; a replica that comes up later is admitted."""
 from __future__ import annotations
 
 import json
-import time
 
 import grpc
 import pytest
 
-from tests.servers import Ivy, Tulip, free_port
+from tests.servers import Ivy, Tulip, free_port, wait_for
 from tulip.client import load_stubs
 
 KEY = "ivy-test-key-7f3a9c"
 BODY = {"input": "authorised"}
 
-
-def wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")

@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from tests.servers import Ivy
+from tests.servers import Ivy, wait_for
 
 TEXT = "What is an embedding gateway?"
 GOOD = 'default_prompt_name = "query"\n[prompts]\nquery = "query: "\ndocument = "passage: "\n'
 
-
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ids(ivy: Ivy, text: str, **extra) -> list[int]:
