@@ -6,13 +6,14 @@ torch thread each) and two Ivy instances in front of the same replicas, one
 per policy. A round replays the same workload through one Ivy: indexing
 clients send a fixed list of large requests (hundreds to thousands of
 tokens, real multilingual passages) while query clients send short real
-queries one after another. It measures the query latencies (p50/p99) and
+queries one after another. Two scenarios by default: one indexing client
+(its requests one after another) and two concurrent ones. It measures the query latencies (p50/p99) and
 the makespan (start to the last indexing answer). Rounds alternate between
 the policies so load from other processes hits both alike; the report gives
 medians over rounds and the ratios. Before timing, both Ivys' embeddings
 are checked against sentence-transformers (cosine >= 0.999).
 
-    python bench/gateway_balance.py --replicas 2 --rounds 3
+    python bench/gateway_balance.py --rounds 4
 
 Writes ``gateway_balance.{json,md,png}`` to
 ``bench/results/<date>-cpu-<cores>core/`` (or ``--out``).
@@ -142,18 +143,22 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(results["policies"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    colors = ["tab:green", "tab:red"]
+    scenarios = results["scenarios"]
+    names = list(results["setup"]["policies"])
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    width = 0.38
     for ax, key, title in [(axes[0], "query_p50_ms", "short queries p50 (ms)"),
                            (axes[1], "query_p99_ms", "short queries p99 (ms)"),
                            (axes[2], "makespan_s", "indexing makespan (s)")]:
-        values = [results["policies"][n][key] for n in names]
-        ax.bar(names, values, color=colors)
+        for j, (name, color) in enumerate(zip(names, ["tab:green", "tab:red"])):
+            xs = [i + (j - 0.5) * width for i in range(len(scenarios))]
+            values = [sc["policies"][name][key] for sc in scenarios.values()]
+            ax.bar(xs, values, width, color=color, label=name)
+            for x, v in zip(xs, values):
+                ax.text(x, v, f"{v:.0f}" if v >= 10 else f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(scenarios)), [f"{c} indexing client(s)" for c in scenarios])
         ax.set_title(title)
-        for i, v in enumerate(values):
-            ax.text(i, v, f"{v:.0f}" if v > 10 else f"{v:.2f}", ha="center", va="bottom")
-        ax.tick_params(axis="x", labelsize=8)
+    axes[0].legend(fontsize=8)
     fig.suptitle(f"Ivy balancing, {results['setup']['replicas']} CPU replicas, all-MiniLM-L6-v2 "
                  f"(medians of {results['setup']['rounds']} rounds)")
     fig.tight_layout()
@@ -162,18 +167,19 @@ def plot(results: dict, path: Path) -> None:
 
 def markdown(results: dict) -> str:
     s = results["setup"]
-    a, b = (results["policies"][n] for n in results["policies"])
-    names = list(results["policies"])
-    r = results["ratios"]
-    rows = "\n".join(
-        f"| {n} | {p['query_p50_ms']:.1f} | {p['query_p90_ms']:.1f} | {p['query_p99_ms']:.1f} | "
-        f"{p['queries']} | {p['makespan_s']:.2f} | {', '.join(f'{m:.2f}' for m in p['makespans_s'])} |"
-        for n, p in results["policies"].items()
-    )
-    spread = "\n".join(
-        f"- {n}: " + "; ".join("/".join(f"{int(t)}" for t in rt) for rt in p["replica_tokens_per_round"])
-        for n, p in results["policies"].items()
-    )
+    names = list(s["policies"])
+    rows, ratios, spread = [], [], []
+    for clients, sc in results["scenarios"].items():
+        for n, p in sc["policies"].items():
+            rows.append(f"| {clients} | {n} | {p['query_p50_ms']:.1f} | {p['query_p90_ms']:.1f} | "
+                        f"{p['query_p99_ms']:.1f} | {p['queries']} | {p['makespan_s']:.2f} | "
+                        f"{', '.join(f'{m:.2f}' for m in p['makespans_s'])} |")
+            spread.append(f"- {clients} indexing client(s), {n}: "
+                          + "; ".join("/".join(f"{int(t)}" for t in rt) for rt in p["replica_tokens_per_round"]))
+        r = sc["ratios"]
+        ratios.append(f"- {clients} indexing client(s): query p50 {r['query_p50']:.2f}x, query p99 "
+                      f"{r['query_p99']:.2f}x, makespan {r['makespan']:.2f}x")
+    nl = "\n"
     return f"""# Ivy balancing: chunked least-loaded vs whole-request round-robin
 
 Command: `{s['command']}`
@@ -181,22 +187,22 @@ Command: `{s['command']}`
 Machine: {s['machine']}. Model: all-MiniLM-L6-v2 (float32, CPU), {s['replicas']} Tulip replicas with
 {s['tulip_threads']} torch thread(s) each, one Ivy per policy in front of the same replicas.
 
-Workload per round: {s['index_clients']} indexing clients sending {len(INDEX_REQUESTS)} requests of
-{INDEX_REQUESTS} real passages (truncated to 256 tokens; {s['index_tokens']} tokens in all), while
-{s['query_clients']} query clients send short real queries back to back until indexing ends.
-Rounds alternate between the policies; values are medians over {s['rounds']} rounds
-(p90 from all queries pooled). Correctness gate: min cosine vs sentence-transformers
-{', '.join(f'{k} {v:.5f}' for k, v in s['gate_min_cosine'].items())}.
+Workload per round: indexing clients share {len(INDEX_REQUESTS)} requests of {INDEX_REQUESTS} real
+passages (truncated to 256 tokens; {s['index_tokens']} tokens in all), each client sending its
+requests one after another, while {s['query_clients']} query clients send short real queries back to
+back until indexing ends. Rounds alternate between the policies; values are medians over
+{s['rounds']} rounds (p90 from all queries pooled). Correctness gate: min cosine vs
+sentence-transformers {', '.join(f'{k} {v:.5f}' for k, v in s['gate_min_cosine'].items())}.
 
-| policy | query p50 ms | query p90 ms | query p99 ms | queries | makespan s (median) | makespans s |
-|---|---|---|---|---|---|---|
-{rows}
+| indexing clients | policy | query p50 ms | query p90 ms | query p99 ms | queries | makespan s (median) | makespans s |
+|---|---|---|---|---|---|---|---|
+{nl.join(rows)}
 
-Ratios ({names[1]} / {names[0]}): query p50 {r['query_p50']:.2f}x, query p99 {r['query_p99']:.2f}x,
-makespan {r['makespan']:.2f}x.
+Ratios ({names[1]} / {names[0]}):
+{nl.join(ratios)}
 
 Tokens completed per replica in each round:
-{spread}
+{nl.join(spread)}
 """
 
 
@@ -205,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--tulip-threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--chunk-tokens", type=int, default=1024)
-    p.add_argument("--index-clients", type=int, default=2)
+    p.add_argument("--chunk-tokens", type=int, default=2048)
+    p.add_argument("--index-clients", type=int, nargs="+", default=[1, 2],
+                   help="scenarios: how many indexing clients send the requests concurrently")
     p.add_argument("--query-clients", type=int, default=2)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
@@ -222,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         requests.append([docs[(offset + i) % len(docs)] for i in range(n)])
         offset += n
 
+    load_at_start = os.getloadavg()
     log_dir = Path(tempfile.mkdtemp(prefix="gateway-balance-"))
     policies = {
         f"chunks of {args.chunk_tokens} tokens, least-loaded": {"balance": "least-loaded",
@@ -241,42 +249,49 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"correctness gate failed: {gate}")
         index_tokens = sum(post(next(iter(ivys.values())), r)["usage"]["prompt_tokens"] for r in requests)
         for ivy in ivys.values():  # warm-up
-            run_round(ivy, requests[:2], queries, args.index_clients, args.query_clients)
-        rounds: dict[str, list[dict]] = {name: [] for name in policies}
-        for k in range(args.rounds):
-            order = list(policies) if k % 2 == 0 else list(reversed(policies))
-            for name in order:
-                r = run_round(ivys[name], requests, queries, args.index_clients, args.query_clients)
-                rounds[name].append(r)
-                print(f"round {k + 1} {name}: makespan {r['makespan_s']:.2f}s, "
-                      f"{len(r['query_latencies_s'])} queries, p50 {percentile(r['query_latencies_s'], 50) * 1e3:.1f} ms, "
-                      f"p99 {percentile(r['query_latencies_s'], 99) * 1e3:.1f} ms, replica tokens {r['replica_tokens']}",
-                      flush=True)
+            run_round(ivy, requests[:2], queries, 1, args.query_clients)
+        rounds: dict[int, dict[str, list[dict]]] = {}
+        for clients in args.index_clients:
+            rounds[clients] = {name: [] for name in policies}
+            for k in range(args.rounds):
+                order = list(policies) if k % 2 == 0 else list(reversed(policies))
+                for name in order:
+                    r = run_round(ivys[name], requests, queries, clients, args.query_clients)
+                    rounds[clients][name].append(r)
+                    lat = r["query_latencies_s"]
+                    print(f"{clients} indexing client(s), round {k + 1}, {name}: makespan {r['makespan_s']:.2f}s, "
+                          f"{len(lat)} queries, p50 {percentile(lat, 50) * 1e3:.1f} ms, "
+                          f"p99 {percentile(lat, 99) * 1e3:.1f} ms, replica tokens {r['replica_tokens']}", flush=True)
     finally:
         for ivy in ivys.values():
             ivy.stop()
         for t in replicas:
             t.stop()
 
-    summary = {name: summarise(rs) for name, rs in rounds.items()}
-    chunked, whole = (summary[n] for n in policies)
+    scenarios = {}
+    for clients, by_policy in rounds.items():
+        summary = {name: summarise(rs) for name, rs in by_policy.items()}
+        chunked, whole = (summary[n] for n in policies)
+        scenarios[str(clients)] = {
+            "policies": summary,
+            "ratios": {
+                "query_p50": whole["query_p50_ms"] / chunked["query_p50_ms"],
+                "query_p99": whole["query_p99_ms"] / chunked["query_p99_ms"],
+                "makespan": whole["makespan_s"] / chunked["makespan_s"],
+            },
+            "raw": {name: [{"makespan_s": r["makespan_s"], "query_latencies_s": r["query_latencies_s"]} for r in rs]
+                    for name, rs in by_policy.items()},
+        }
     results = {
         "setup": {
             "command": "python bench/gateway_balance.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": f"{cores}-core CPU ({platform.processor() or platform.machine()}), {platform.platform()}",
+            "machine": f"{cores}-core CPU ({platform.processor() or platform.machine()}), {platform.platform()}, "
+                       f"shared: load average {load_at_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at the end",
             "replicas": args.replicas, "tulip_threads": args.tulip_threads, "rounds": args.rounds,
-            "index_clients": args.index_clients, "query_clients": args.query_clients,
-            "index_requests": INDEX_REQUESTS, "index_tokens": index_tokens,
+            "query_clients": args.query_clients, "index_requests": INDEX_REQUESTS, "index_tokens": index_tokens,
             "policies": policies, "gate_min_cosine": gate,
         },
-        "policies": summary,
-        "ratios": {
-            "query_p50": whole["query_p50_ms"] / chunked["query_p50_ms"],
-            "query_p99": whole["query_p99_ms"] / chunked["query_p99_ms"],
-            "makespan": whole["makespan_s"] / chunked["makespan_s"],
-        },
-        "raw": {name: [{"makespan_s": r["makespan_s"], "query_latencies_s": r["query_latencies_s"]} for r in rs]
-                for name, rs in rounds.items()},
+        "scenarios": scenarios,
     }
     (out / "gateway_balance.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "gateway_balance.md").write_text(markdown(results))
