@@ -6,6 +6,7 @@ request and is used again once restarted."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -81,29 +82,24 @@ def test_concurrent_requests_keep_their_own_rows(cluster):
         assert np.allclose(g, w, atol=1e-5)
 
 
-def test_kill_9_mid_stream_costs_no_request_and_replica_is_readmitted(cluster, log_dir):
-    ivy, single, replicas = cluster
-    victim = replicas[1]
-    batch = texts(16)
-    want, _ = embed(single, batch)
-    retries_before = ivy.metrics().get("ivy_retries_total", 0.0)
-
+def stream_while(ivy: Ivy, batch: list[str], want: np.ndarray, victim: Tulip, event) -> None:
+    """Four clients send `batch` in a loop; once `victim` holds work from
+    this Ivy, `event(victim)` happens; a dozen more requests follow. Every
+    request must succeed with the right vectors."""
     results: list[tuple[int, object]] = []
     stop = threading.Event()
 
     def client():
         while not stop.is_set():
-            status, body = ivy.post_json("/v1/embeddings", {"input": batch})
-            results.append((status, body))
+            results.append(ivy.post_json("/v1/embeddings", {"input": batch}))
 
     with ThreadPoolExecutor(4) as pool:
         for _ in range(4):
             pool.submit(client)
-        # Kill it while it holds work from this Ivy, so a chunk must be retried.
-        wait_for(lambda: series(ivy, "ivy_replica_inflight_tokens", victim) > 0, "load on the victim")
-        victim.kill()
-        at_kill = len(results)
-        wait_for(lambda: len(results) >= at_kill + 12, "requests after the kill", timeout=300)
+        wait_for(lambda: series(ivy, "ivy_replica_inflight_tokens", victim) > 0, "load on the replica")
+        event(victim)
+        at_event = len(results)
+        wait_for(lambda: len(results) >= at_event + 12, "requests after the event", timeout=300)
         stop.set()
 
     failures = [(s, b) for s, b in results if s != 200]
@@ -111,6 +107,17 @@ def test_kill_9_mid_stream_costs_no_request_and_replica_is_readmitted(cluster, l
     for _, body in results:
         got = np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
         assert np.allclose(got, want, atol=1e-5)
+
+
+def test_kill_9_mid_stream_costs_no_request_and_replica_is_readmitted(cluster, log_dir):
+    ivy, single, replicas = cluster
+    victim = replicas[1]
+    batch = texts(16)
+    want, _ = embed(single, batch)
+    retries_before = ivy.metrics().get("ivy_retries_total", 0.0)
+
+    # Killed while it holds work from this Ivy: a chunk must be retried.
+    stream_while(ivy, batch, want, victim, Tulip.kill)
     assert ivy.metrics()["ivy_retries_total"] > retries_before
     assert series(ivy, "ivy_replica_up", victim) == 0
 
@@ -121,3 +128,23 @@ def test_kill_9_mid_stream_costs_no_request_and_replica_is_readmitted(cluster, l
     before = series(ivy, "ivy_replica_tokens_total", restarted)
     embed(ivy, texts(30))
     assert series(ivy, "ivy_replica_tokens_total", restarted) > before
+
+
+def test_draining_replica_finishes_its_work_and_gets_no_more(cluster, log_dir):
+    ivy, single, replicas = cluster
+    leaving = replicas[2]
+    batch = texts(16, offset=40)
+    want, _ = embed(single, batch)
+
+    # SIGTERM: Tulip answers NOT_SERVING and refuses new calls while it
+    # finishes the chunks it holds, then exits.
+    stream_while(ivy, batch, want, leaving, lambda t: t.signal(signal.SIGTERM))
+    assert leaving.proc.wait(60) == 0
+    # Taken out by its health answer while it drained, not only by failures.
+    assert f'replica={leaving.url} from="serving" to="draining"' in ivy.log()
+    assert series(ivy, "ivy_replica_up", leaving) == 0
+    assert series(ivy, "ivy_replica_inflight_tokens", leaving) == 0
+
+    restarted = Tulip(leaving.model_dir, port=leaving.port, log_dir=log_dir, threads=1)
+    replicas[2] = restarted
+    wait_for(lambda: series(ivy, "ivy_replica_up", restarted) == 1, "re-admission")
