@@ -67,7 +67,13 @@ mod tests {
         let k = key("s3cret");
         assert!(k.check(Some(b"Bearer s3cret")).is_ok());
         assert!(k.check(Some(b"bearer  s3cret ")).is_ok());
-        for bad in [&b"Bearer s3cre"[..], b"Bearer s3cret2", b"s3cret", b"Basic s3cret", b"Bearer "] {
+        for bad in [
+            &b"Bearer s3cre"[..],
+            b"Bearer s3cret2",
+            b"s3cret",
+            b"Basic s3cret",
+            b"Bearer ",
+        ] {
             let err = k.check(Some(bad)).unwrap_err();
             assert!(matches!(err, ApiError::Unauthorized(_)));
             assert!(!err.to_string().contains("s3cret"));

@@ -70,7 +70,9 @@ impl Policy for RoundRobin {
         if c.is_empty() {
             return None;
         }
-        Some(Arc::clone(c[self.next.fetch_add(1, Ordering::Relaxed) % c.len()]))
+        Some(Arc::clone(
+            c[self.next.fetch_add(1, Ordering::Relaxed) % c.len()],
+        ))
     }
 }
 
@@ -99,7 +101,9 @@ mod tests {
             assert!(Arc::ptr_eq(&got, &rs[2]));
         }
         // Every routable replica tried: fall back to them.
-        let got = p.pick(&rs, &[Arc::clone(&rs[1]), Arc::clone(&rs[2])]).unwrap();
+        let got = p
+            .pick(&rs, &[Arc::clone(&rs[1]), Arc::clone(&rs[2])])
+            .unwrap();
         assert!(!Arc::ptr_eq(&got, &rs[0]));
         rs[1].set_health(Health::Draining, "test", false);
         rs[2].set_health(Health::Down, "test", false);
@@ -116,7 +120,10 @@ mod tests {
         for _ in 0..6 {
             assert!(Arc::ptr_eq(&p.pick(&rs, &[]).unwrap(), &rs[1]));
         }
-        assert!(Arc::ptr_eq(&p.pick(&rs, &[Arc::clone(&rs[1])]).unwrap(), &rs[2]));
+        assert!(Arc::ptr_eq(
+            &p.pick(&rs, &[Arc::clone(&rs[1])]).unwrap(),
+            &rs[2]
+        ));
     }
 
     #[tokio::test]
@@ -125,7 +132,9 @@ mod tests {
         let ll = LeastLoaded::default();
         let rr = RoundRobin::default();
         for p in [&ll as &dyn Policy, &rr] {
-            let mut seen: Vec<String> = (0..3).map(|_| p.pick(&rs, &[]).unwrap().url.clone()).collect();
+            let mut seen: Vec<String> = (0..3)
+                .map(|_| p.pick(&rs, &[]).unwrap().url.clone())
+                .collect();
             seen.sort();
             seen.dedup();
             assert_eq!(seen.len(), 3);

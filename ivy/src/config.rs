@@ -13,8 +13,13 @@ use clap::{Parser, ValueEnum};
 pub struct Config {
     /// Tulip replicas, comma-separated gRPC URLs (e.g. http://10.0.0.5:7070).
     /// Exactly one of --tulip and --tulip-dns.
-    #[arg(long, env = "IVY_TULIP", value_delimiter = ',', required_unless_present = "tulip_dns",
-          conflicts_with = "tulip_dns")]
+    #[arg(
+        long,
+        env = "IVY_TULIP",
+        value_delimiter = ',',
+        required_unless_present = "tulip_dns",
+        conflicts_with = "tulip_dns"
+    )]
     pub tulip: Vec<String>,
 
     /// Discover Tulip replicas from DNS: `name:port` of a Kubernetes headless
@@ -173,8 +178,17 @@ mod tests {
     fn exactly_one_replica_source() {
         assert!(parse(&[]).is_err());
         assert!(parse(&["--tulip", "http://a:1", "--tulip-dns", "tulip:7070"]).is_err());
-        assert_eq!(parse(&["--tulip", "http://a:1,http://b:2"]).unwrap().tulip.len(), 2);
-        assert!(parse(&["--tulip-dns", "tulip:7070"]).unwrap().tulip.is_empty());
+        assert_eq!(
+            parse(&["--tulip", "http://a:1,http://b:2"])
+                .unwrap()
+                .tulip
+                .len(),
+            2
+        );
+        assert!(parse(&["--tulip-dns", "tulip:7070"])
+            .unwrap()
+            .tulip
+            .is_empty());
     }
 
     #[test]

@@ -17,7 +17,13 @@ pub enum Source {
 pub async fn start(source: Source, set: Arc<ReplicaSet>) -> Result<(), String> {
     match source {
         Source::Static(urls) => {
-            let urls: Vec<String> = urls.iter().map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect();
+            let mut unique: Vec<String> = Vec::with_capacity(urls.len());
+            for url in urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()) {
+                if !unique.iter().any(|u| u == url) {
+                    unique.push(url.to_string());
+                }
+            }
+            let urls = unique;
             if urls.is_empty() {
                 return Err("no Tulip replica given (--tulip)".into());
             }
@@ -46,7 +52,8 @@ fn dns_port(target: &str) -> Result<u16, String> {
     if host.is_empty() {
         return Err(format!("--tulip-dns `{target}` has no host name"));
     }
-    port.parse().map_err(|_| format!("--tulip-dns `{target}`: `{port}` is not a port"))
+    port.parse()
+        .map_err(|_| format!("--tulip-dns `{target}`: `{port}` is not a port"))
 }
 
 async fn resolve_into(target: &str, port: u16, set: &ReplicaSet) {
@@ -54,7 +61,10 @@ async fn resolve_into(target: &str, port: u16, set: &ReplicaSet) {
         Ok(addrs) => {
             let urls = urls_for(addrs, port);
             if urls.is_empty() {
-                tracing::warn!(target, "DNS name resolved to no address; keeping the current replicas");
+                tracing::warn!(
+                    target,
+                    "DNS name resolved to no address; keeping the current replicas"
+                );
                 return;
             }
             if let Err(e) = set.set_targets(&urls) {
@@ -63,7 +73,9 @@ async fn resolve_into(target: &str, port: u16, set: &ReplicaSet) {
         }
         // Keep routing to the replicas known so far; their health checks
         // take out the ones that are really gone.
-        Err(e) => tracing::warn!(target, error = %e, "DNS resolution failed; keeping the current replicas"),
+        Err(e) => {
+            tracing::warn!(target, error = %e, "DNS resolution failed; keeping the current replicas")
+        }
     }
 }
 
@@ -84,11 +96,23 @@ mod tests {
 
     #[test]
     fn urls_are_sorted_unique_and_bracket_ipv6() {
-        let addrs: Vec<SocketAddr> = ["10.0.0.2:7070", "10.0.0.1:7070", "10.0.0.2:7070", "[fd00::1]:7070"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
-        assert_eq!(urls_for(addrs, 7070), ["http://10.0.0.1:7070", "http://10.0.0.2:7070", "http://[fd00::1]:7070"]);
+        let addrs: Vec<SocketAddr> = [
+            "10.0.0.2:7070",
+            "10.0.0.1:7070",
+            "10.0.0.2:7070",
+            "[fd00::1]:7070",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        assert_eq!(
+            urls_for(addrs, 7070),
+            [
+                "http://10.0.0.1:7070",
+                "http://10.0.0.2:7070",
+                "http://[fd00::1]:7070"
+            ]
+        );
     }
 
     #[test]
@@ -102,10 +126,24 @@ mod tests {
     #[tokio::test]
     async fn dns_fills_the_set_and_static_needs_urls() {
         let set = Arc::new(ReplicaSet::default());
-        let source = Source::Dns { target: "localhost:7070".into(), interval: Duration::from_secs(60) };
+        let source = Source::Dns {
+            target: "localhost:7070".into(),
+            interval: Duration::from_secs(60),
+        };
         start(source, Arc::clone(&set)).await.unwrap();
         let urls: Vec<String> = set.snapshot().iter().map(|r| r.url.clone()).collect();
-        assert!(urls.contains(&"http://127.0.0.1:7070".to_string()), "{urls:?}");
-        assert!(start(Source::Static(vec![" ".into()]), set).await.is_err());
+        assert!(
+            urls.contains(&"http://127.0.0.1:7070".to_string()),
+            "{urls:?}"
+        );
+        assert!(start(Source::Static(vec![" ".into()]), Arc::clone(&set))
+            .await
+            .is_err());
+        let urls = vec![
+            "http://10.0.0.9:7070".to_string(),
+            " http://10.0.0.9:7070".into(),
+        ];
+        start(Source::Static(urls), Arc::clone(&set)).await.unwrap();
+        assert_eq!(set.snapshot().len(), 1);
     }
 }

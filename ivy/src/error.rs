@@ -217,7 +217,11 @@ mod tests {
     #[test]
     fn server_side_errors_are_5xx_in_every_family() {
         for e in all() {
-            assert_eq!(e.is_server_side(), e.openai_status().is_server_error(), "{e:?}");
+            assert_eq!(
+                e.is_server_side(),
+                e.openai_status().is_server_error(),
+                "{e:?}"
+            );
             let server_grpc = matches!(
                 e.grpc_code(),
                 tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Internal
@@ -228,9 +232,21 @@ mod tests {
 
     #[test]
     fn tei_codes_follow_tei() {
-        assert_eq!(ApiError::validation("inputs", "x").tei_status().0.as_u16(), 413);
-        assert_eq!(ApiError::Empty("x".into()).tei_status(), (StatusCode::BAD_REQUEST, "Empty"));
-        assert_eq!(ApiError::Unsupported("x".into()).tei_status().0.as_u16(), 424);
-        assert_eq!(ApiError::Overloaded("x".into()).tei_status().1, "Overloaded");
+        assert_eq!(
+            ApiError::validation("inputs", "x").tei_status().0.as_u16(),
+            413
+        );
+        assert_eq!(
+            ApiError::Empty("x".into()).tei_status(),
+            (StatusCode::BAD_REQUEST, "Empty")
+        );
+        assert_eq!(
+            ApiError::Unsupported("x".into()).tei_status().0.as_u16(),
+            424
+        );
+        assert_eq!(
+            ApiError::Overloaded("x".into()).tei_status().1,
+            "Overloaded"
+        );
     }
 }

@@ -22,7 +22,11 @@ use crate::request_id::{RequestId, HEADER};
 use crate::state::AppState;
 
 /// Serves until `shutdown` resolves, then finishes in-flight calls.
-pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<(), String> {
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     let readiness = tokio::spawn({
         let state = state.clone();
@@ -30,7 +34,11 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         async move {
             let mut last = None;
             loop {
-                let status = if state.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+                let status = if state.is_ready() {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
                 if last != Some(status) {
                     reporter.set_service_status("", status).await;
                     reporter.set_service_status("ivy.v1.Ivy", status).await;
@@ -41,7 +49,9 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
         }
     });
     let max = state.config.max_body_bytes;
-    let service = IvyServer::new(IvyService { state }).max_decoding_message_size(max).max_encoding_message_size(usize::MAX);
+    let service = IvyServer::new(IvyService { state })
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(usize::MAX);
     let result = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(health)
@@ -51,8 +61,12 @@ pub async fn serve(state: AppState, listener: TcpListener, shutdown: impl Future
             async {
                 shutdown.await;
                 readiness.abort();
-                reporter.set_service_status("", ServingStatus::NotServing).await;
-                reporter.set_service_status("ivy.v1.Ivy", ServingStatus::NotServing).await;
+                reporter
+                    .set_service_status("", ServingStatus::NotServing)
+                    .await;
+                reporter
+                    .set_service_status("ivy.v1.Ivy", ServingStatus::NotServing)
+                    .await;
             },
         )
         .await;
@@ -65,15 +79,24 @@ pub struct IvyService {
 
 impl IvyService {
     /// Request id, API key, deadline, metrics and error mapping around a call.
-    async fn call<Req, Resp, F, Fut>(&self, endpoint: &'static str, request: Request<Req>, f: F) -> Result<Response<Resp>, Status>
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        endpoint: &'static str,
+        request: Request<Req>,
+        f: F,
+    ) -> Result<Response<Resp>, Status>
     where
         F: FnOnce(AppState, Req, Instant) -> Fut,
         Fut: Future<Output = Result<Resp, ApiError>>,
     {
         let meta = request.metadata();
         let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
-        let deadline = client_deadline(meta).map_or(self.state.deadline(), |d| d.min(self.state.deadline()));
-        let auth = self.state.api_key.check(meta.get("authorization").map(|v| v.as_bytes()));
+        let deadline =
+            client_deadline(meta).map_or(self.state.deadline(), |d| d.min(self.state.deadline()));
+        let auth = self
+            .state
+            .api_key
+            .check(meta.get("authorization").map(|v| v.as_bytes()));
         let span = tracing::info_span!("request", id = %id, rpc = endpoint);
         let state = self.state.clone();
         let result = id
@@ -90,14 +113,18 @@ impl IvyService {
         }
         match result {
             Ok(resp) => {
-                self.state.metrics.request("grpc", endpoint, "OK".into(), None);
+                self.state
+                    .metrics
+                    .request("grpc", endpoint, "OK".into(), None);
                 let mut r = Response::new(resp);
                 *r.metadata_mut() = meta;
                 Ok(r)
             }
             Err(e) => {
                 let code = e.grpc_code();
-                self.state.metrics.request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
+                self.state
+                    .metrics
+                    .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
                 let mut message = e.to_string();
                 if e.is_server_side() {
                     span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
@@ -143,7 +170,12 @@ fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
     })
 }
 
-async fn embed_job(state: &AppState, r: pb::EmbedRequest, kind: Kind, deadline: Instant) -> Result<Output, ApiError> {
+async fn embed_job(
+    state: &AppState,
+    r: pb::EmbedRequest,
+    kind: Kind,
+    deadline: Instant,
+) -> Result<Output, ApiError> {
     if r.inputs.is_empty() {
         return Err(ApiError::Empty("`inputs` must not be empty".into()));
     }
@@ -156,12 +188,24 @@ async fn embed_job(state: &AppState, r: pb::EmbedRequest, kind: Kind, deadline: 
         prompt_name: r.prompt_name,
         raw_scores: false,
     };
-    pipeline::run(state, Job { kind, inputs: Inputs::Texts(r.inputs), options }, deadline).await
+    pipeline::run(
+        state,
+        Job {
+            kind,
+            inputs: Inputs::Texts(r.inputs),
+            options,
+        },
+        deadline,
+    )
+    .await
 }
 
 #[tonic::async_trait]
 impl Ivy for IvyService {
-    async fn embed(&self, request: Request<pb::EmbedRequest>) -> Result<Response<pb::EmbedResponse>, Status> {
+    async fn embed(
+        &self,
+        request: Request<pb::EmbedRequest>,
+    ) -> Result<Response<pb::EmbedResponse>, Status> {
         self.call("embed", request, |state, r, deadline| async move {
             let started = Instant::now();
             let out = embed_job(&state, r, Kind::Dense, deadline).await?;
@@ -176,7 +220,10 @@ impl Ivy for IvyService {
         .await
     }
 
-    async fn embed_sparse(&self, request: Request<pb::EmbedRequest>) -> Result<Response<pb::EmbedSparseResponse>, Status> {
+    async fn embed_sparse(
+        &self,
+        request: Request<pb::EmbedRequest>,
+    ) -> Result<Response<pb::EmbedSparseResponse>, Status> {
         self.call("embed_sparse", request, |state, r, deadline| async move {
             let started = Instant::now();
             let out = embed_job(&state, r, Kind::Sparse, deadline).await?;
@@ -185,16 +232,26 @@ impl Ivy for IvyService {
                     let (ids, w) = out.sparse(i);
                     pb::SparseEmbedding {
                         indices: ids.to_vec(),
-                        values: w.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+                        values: w
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect(),
                     }
                 })
                 .collect();
-            Ok(pb::EmbedSparseResponse { embeddings, prompt_tokens: out.tokens, timing: timing(&out, started) })
+            Ok(pb::EmbedSparseResponse {
+                embeddings,
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
         })
         .await
     }
 
-    async fn embed_all(&self, request: Request<pb::EmbedRequest>) -> Result<Response<pb::EmbedAllResponse>, Status> {
+    async fn embed_all(
+        &self,
+        request: Request<pb::EmbedRequest>,
+    ) -> Result<Response<pb::EmbedAllResponse>, Status> {
         self.call("embed_all", request, |state, r, deadline| async move {
             let started = Instant::now();
             let out = embed_job(&state, r, Kind::MultiVector, deadline).await?;
@@ -209,7 +266,10 @@ impl Ivy for IvyService {
         .await
     }
 
-    async fn rerank(&self, request: Request<pb::RerankRequest>) -> Result<Response<pb::RerankResponse>, Status> {
+    async fn rerank(
+        &self,
+        request: Request<pb::RerankRequest>,
+    ) -> Result<Response<pb::RerankResponse>, Status> {
         self.call("rerank", request, |state, r, deadline| async move {
             let started = Instant::now();
             if r.texts.is_empty() {
@@ -222,19 +282,37 @@ impl Ivy for IvyService {
                 raw_scores: r.raw_scores,
                 ..Options::default()
             };
-            let job = Job { kind: Kind::Score, inputs: Inputs::Pairs { query: r.query, texts: r.texts }, options };
+            let job = Job {
+                kind: Kind::Score,
+                inputs: Inputs::Pairs {
+                    query: r.query,
+                    texts: r.texts,
+                },
+                options,
+            };
             let out = pipeline::run(&state, job, deadline).await?;
             let ranks = out
                 .ranks(echo)?
                 .into_iter()
-                .map(|k| pb::Rank { index: k.index as u32, score: k.score, text: k.text })
+                .map(|k| pb::Rank {
+                    index: k.index as u32,
+                    score: k.score,
+                    text: k.text,
+                })
                 .collect();
-            Ok(pb::RerankResponse { ranks, prompt_tokens: out.tokens, timing: timing(&out, started) })
+            Ok(pb::RerankResponse {
+                ranks,
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
         })
         .await
     }
 
-    async fn tokenize(&self, request: Request<pb::TokenizeRequest>) -> Result<Response<pb::TokenizeResponse>, Status> {
+    async fn tokenize(
+        &self,
+        request: Request<pb::TokenizeRequest>,
+    ) -> Result<Response<pb::TokenizeResponse>, Status> {
         self.call("tokenize", request, |state, r, deadline| async move {
             let job = TokenizeJob {
                 inputs: r.inputs,
@@ -247,7 +325,13 @@ impl Ivy for IvyService {
                 .map(|toks| pb::Tokens {
                     tokens: toks
                         .into_iter()
-                        .map(|t| pb::Token { id: t.id, text: t.text, special: t.special, start: t.start, stop: t.stop })
+                        .map(|t| pb::Token {
+                            id: t.id,
+                            text: t.text,
+                            special: t.special,
+                            start: t.start,
+                            stop: t.stop,
+                        })
                         .collect(),
                 })
                 .collect();
@@ -256,7 +340,10 @@ impl Ivy for IvyService {
         .await
     }
 
-    async fn info(&self, request: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+    async fn info(
+        &self,
+        request: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
         self.call("info", request, |state, _, _| async move {
             let m = state.replicas.model().ok_or_else(no_replica)?;
             let templates = state.templates.get();
@@ -265,7 +352,12 @@ impl Ivy for IvyService {
                 architecture: m.architecture.clone(),
                 dimension: m.dimension,
                 max_input_length: m.max_input_length,
-                kinds: m.kinds.iter().filter_map(|&k| Kind::from_proto(k)).map(|k| k.name().to_string()).collect(),
+                kinds: m
+                    .kinds
+                    .iter()
+                    .filter_map(|&k| Kind::from_proto(k))
+                    .map(|k| k.name().to_string())
+                    .collect(),
                 max_inputs: state.config.max_inputs as u32,
                 max_tokens_per_request: state.config.max_tokens_per_request as u64,
                 prompt_names: templates.prompts.keys().cloned().collect(),
@@ -286,10 +378,14 @@ mod tests {
         let mut m = MetadataMap::new();
         assert!(client_deadline(&m).is_none());
         m.insert("grpc-timeout", "1500m".parse().unwrap());
-        let d = client_deadline(&m).unwrap().saturating_duration_since(Instant::now());
+        let d = client_deadline(&m)
+            .unwrap()
+            .saturating_duration_since(Instant::now());
         assert!(d <= Duration::from_millis(1500));
         m.insert("grpc-timeout", "3M".parse().unwrap());
-        let d = client_deadline(&m).unwrap().saturating_duration_since(Instant::now());
+        let d = client_deadline(&m)
+            .unwrap()
+            .saturating_duration_since(Instant::now());
         assert!(d > Duration::from_secs(60) && d <= Duration::from_secs(180));
         m.insert("grpc-timeout", "5x".parse().unwrap());
         assert!(client_deadline(&m).is_none());

@@ -84,33 +84,85 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register("ivy_requests", "Requests answered, by API, endpoint, status and error kind", requests.clone());
+        registry.register(
+            "ivy_requests",
+            "Requests answered, by API, endpoint, status and error kind",
+            requests.clone(),
+        );
         let stages = Family::<StageLabels, Histogram>::new_with_constructor(|| {
             // 0.25 ms .. ~65 s
             Histogram::new(exponential_buckets(0.000_25, 2.0, 19))
         });
-        registry.register("ivy_stage_duration_seconds", "Time per request in each pipeline stage", stages.clone());
+        registry.register(
+            "ivy_stage_duration_seconds",
+            "Time per request in each pipeline stage",
+            stages.clone(),
+        );
         let tokens = Counter::default();
-        registry.register("ivy_tokens", "Tokens sent to replicas (templates included)", tokens.clone());
+        registry.register(
+            "ivy_tokens",
+            "Tokens sent to replicas (templates included)",
+            tokens.clone(),
+        );
         let chunks = Counter::default();
-        registry.register("ivy_chunks", "Chunks sent to replicas (first attempts)", chunks.clone());
+        registry.register(
+            "ivy_chunks",
+            "Chunks sent to replicas (first attempts)",
+            chunks.clone(),
+        );
         let retries = Counter::default();
-        registry.register("ivy_retries", "Chunk attempts repeated on another replica after a failure", retries.clone());
+        registry.register(
+            "ivy_retries",
+            "Chunk attempts repeated on another replica after a failure",
+            retries.clone(),
+        );
         let config_reloads = Family::<ResultLabels, Counter>::default();
-        registry.register("ivy_config_reloads", "Templates file reloads, accepted or refused", config_reloads.clone());
+        registry.register(
+            "ivy_config_reloads",
+            "Templates file reloads, accepted or refused",
+            config_reloads.clone(),
+        );
         let in_flight = Gauge::default();
-        registry.register("ivy_requests_in_flight", "Requests being processed now", in_flight.clone());
-        Self { registry, requests, stages, tokens, chunks, retries, config_reloads, in_flight }
+        registry.register(
+            "ivy_requests_in_flight",
+            "Requests being processed now",
+            in_flight.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            stages,
+            tokens,
+            chunks,
+            retries,
+            config_reloads,
+            in_flight,
+        }
     }
 
     /// One answered request. `status` is the HTTP status or gRPC code name.
-    pub fn request(&self, api: &'static str, endpoint: &'static str, status: String, error: Option<&'static str>) {
-        let labels = RequestLabels { api, endpoint, status, error: error.unwrap_or("none") };
+    pub fn request(
+        &self,
+        api: &'static str,
+        endpoint: &'static str,
+        status: String,
+        error: Option<&'static str>,
+    ) {
+        let labels = RequestLabels {
+            api,
+            endpoint,
+            status,
+            error: error.unwrap_or("none"),
+        };
         self.requests.get_or_create(&labels).inc();
     }
 
     pub fn stage(&self, stage: Stage, d: Duration) {
-        self.stages.get_or_create(&StageLabels { stage: stage.label() }).observe(d.as_secs_f64());
+        self.stages
+            .get_or_create(&StageLabels {
+                stage: stage.label(),
+            })
+            .observe(d.as_secs_f64());
     }
 
     pub fn tokens(&self, n: u64) {
@@ -127,7 +179,9 @@ impl Metrics {
 
     pub fn config_reload(&self, accepted: bool) {
         let result = if accepted { "accepted" } else { "refused" };
-        self.config_reloads.get_or_create(&ResultLabels { result }).inc();
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// The Prometheus text exposition, with the replicas' state as of now.
@@ -156,23 +210,49 @@ struct ReplicaCollector(Vec<Arc<Replica>>);
 impl Collector for ReplicaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let gauges: [Series<i64>; 2] = [
-            ("ivy_replica_up", "1 if the replica takes new work (healthy), 0 if not", |r| r.is_routable() as i64),
-            ("ivy_replica_inflight_tokens", "Tokens this Ivy has in flight on the replica", |r| r.inflight_tokens() as i64),
+            (
+                "ivy_replica_up",
+                "1 if the replica takes new work (healthy), 0 if not",
+                |r| r.is_routable() as i64,
+            ),
+            (
+                "ivy_replica_inflight_tokens",
+                "Tokens this Ivy has in flight on the replica",
+                |r| r.inflight_tokens() as i64,
+            ),
         ];
         for (name, help, value) in gauges {
-            let mut family = encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+            let mut family =
+                encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
             for r in &self.0 {
                 let labels = [("replica", r.url.as_str())];
                 ConstGauge::new(value(r)).encode(family.encode_family(&labels)?)?;
             }
         }
         let counters: [Series<u64>; 3] = [
-            ("ivy_replica_tokens", "Tokens completed on the replica", |r| r.stats().tokens),
-            ("ivy_replica_chunks", "Chunks completed on the replica", |r| r.stats().chunks),
-            ("ivy_replica_failures", "Chunk attempts that failed on the replica", |r| r.stats().failures),
+            (
+                "ivy_replica_tokens",
+                "Tokens completed on the replica",
+                |r| r.stats().tokens,
+            ),
+            (
+                "ivy_replica_chunks",
+                "Chunks completed on the replica",
+                |r| r.stats().chunks,
+            ),
+            (
+                "ivy_replica_failures",
+                "Chunk attempts that failed on the replica",
+                |r| r.stats().failures,
+            ),
         ];
         for (name, help, value) in counters {
-            let mut family = encoder.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
             for r in &self.0 {
                 let labels = [("replica", r.url.as_str())];
                 ConstCounter::new(value(r)).encode(family.encode_family(&labels)?)?;
@@ -195,8 +275,17 @@ mod tests {
         let r = Arc::new(Replica::new("http://127.0.0.1:9").unwrap());
         let text = m.render(vec![r], 0);
         assert!(text.contains(r#"ivy_requests_total{api="tei",endpoint="embed",status="413",error="validation"} 1"#), "{text}");
-        assert!(text.contains(r#"ivy_replica_up{replica="http://127.0.0.1:9"} 0"#), "{text}");
-        assert!(text.contains(r#"ivy_replica_tokens_total{replica="http://127.0.0.1:9"} 0"#), "{text}");
-        assert!(text.contains(r#"ivy_stage_duration_seconds_count{stage="total"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"ivy_replica_up{replica="http://127.0.0.1:9"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ivy_replica_tokens_total{replica="http://127.0.0.1:9"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ivy_stage_duration_seconds_count{stage="total"} 1"#),
+            "{text}"
+        );
     }
 }

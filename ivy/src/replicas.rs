@@ -95,7 +95,10 @@ pub struct Replica {
 
 impl std::fmt::Debug for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Replica").field("url", &self.url).field("health", &self.health()).finish()
+        f.debug_struct("Replica")
+            .field("url", &self.url)
+            .field("health", &self.health())
+            .finish()
     }
 }
 
@@ -181,7 +184,9 @@ impl Replica {
     /// One `grpc.health.v1` check: Ok(true) SERVING, Ok(false) NOT_SERVING.
     pub async fn probe(&self, timeout: Duration) -> Result<bool, String> {
         let mut client = self.health_client.clone();
-        let request = HealthCheckRequest { service: String::new() };
+        let request = HealthCheckRequest {
+            service: String::new(),
+        };
         match tokio::time::timeout(timeout, client.check(request)).await {
             Ok(Ok(resp)) => Ok(resp.into_inner().status == ServingStatus::Serving as i32),
             Ok(Err(status)) => Err(format!("health check failed: {}", status.message())),
@@ -206,7 +211,10 @@ impl Replica {
     pub async fn embed(&self, request: EmbedRequest) -> Result<EmbedResponse, AttemptError> {
         let tokens = request.token_ids.len() as u64;
         self.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
-        let _load = InflightGuard { replica: self, tokens };
+        let _load = InflightGuard {
+            replica: self,
+            tokens,
+        };
         let mut lost = self.lost.subscribe();
         let mut client = self.client.clone();
         let outcome = tokio::select! {
@@ -245,13 +253,20 @@ impl Replica {
             Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => {
                 self.set_health(Health::Down, msg, false);
                 AttemptError::Retry(ApiError::Unavailable(format!(
-                    "Tulip replica {} is unavailable: {msg}", self.url
+                    "Tulip replica {} is unavailable: {msg}",
+                    self.url
                 )))
             }
-            Code::Internal | Code::ResourceExhausted | Code::DeadlineExceeded => AttemptError::Retry(
-                ApiError::Upstream(format!("Tulip replica {} failed: {msg}", self.url)),
-            ),
-            _ => AttemptError::Fatal(ApiError::Upstream(format!("Tulip replica {} failed: {msg}", self.url))),
+            Code::Internal | Code::ResourceExhausted | Code::DeadlineExceeded => {
+                AttemptError::Retry(ApiError::Upstream(format!(
+                    "Tulip replica {} failed: {msg}",
+                    self.url
+                )))
+            }
+            _ => AttemptError::Fatal(ApiError::Upstream(format!(
+                "Tulip replica {} failed: {msg}",
+                self.url
+            ))),
         }
     }
 }
@@ -263,7 +278,9 @@ struct InflightGuard<'a> {
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
-        self.replica.inflight_tokens.fetch_sub(self.tokens, Ordering::Relaxed);
+        self.replica
+            .inflight_tokens
+            .fetch_sub(self.tokens, Ordering::Relaxed);
     }
 }
 
@@ -305,11 +322,20 @@ impl ReplicaSet {
                 }
             }
         }
-        let removed: Vec<&str> = current.iter().filter(|r| !urls.contains(&r.url)).map(|r| r.url.as_str()).collect();
+        let removed: Vec<&str> = current
+            .iter()
+            .filter(|r| !urls.contains(&r.url))
+            .map(|r| r.url.as_str())
+            .collect();
         if added.is_empty() && removed.is_empty() {
             return Ok(());
         }
-        tracing::info!(?added, ?removed, replicas = next.len(), "replica set changed");
+        tracing::info!(
+            ?added,
+            ?removed,
+            replicas = next.len(),
+            "replica set changed"
+        );
         *self.list.write().expect("replica set lock poisoned") = Arc::new(next);
         if !added.is_empty() {
             self.added.notify_one();
@@ -350,12 +376,17 @@ mod tests {
     #[tokio::test]
     async fn membership_changes_keep_existing_replicas() {
         let set = ReplicaSet::default();
-        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.2:7070".into()]).unwrap();
+        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.2:7070".into()])
+            .unwrap();
         let first = Arc::clone(&set.snapshot()[0]);
         first.set_health(Health::Serving, "test", false);
-        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.3:7070".into()]).unwrap();
+        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.3:7070".into()])
+            .unwrap();
         let now = set.snapshot();
-        assert_eq!(now.iter().map(|r| r.url.as_str()).collect::<Vec<_>>(), ["http://10.0.0.1:7070", "http://10.0.0.3:7070"]);
+        assert_eq!(
+            now.iter().map(|r| r.url.as_str()).collect::<Vec<_>>(),
+            ["http://10.0.0.1:7070", "http://10.0.0.3:7070"]
+        );
         assert!(Arc::ptr_eq(&first, &now[0]) && now[0].is_routable());
         assert_eq!(now[1].health(), Health::Unknown);
         assert!(set.set_targets(&["not a url".into()]).is_err());
@@ -364,8 +395,16 @@ mod tests {
     #[test]
     fn other_models_are_refused() {
         let set = ReplicaSet::default();
-        let a = Arc::new(InfoResponse { model_id: "m".into(), dimension: 384, ..Default::default() });
-        let b = Arc::new(InfoResponse { model_id: "m".into(), dimension: 768, ..Default::default() });
+        let a = Arc::new(InfoResponse {
+            model_id: "m".into(),
+            dimension: 384,
+            ..Default::default()
+        });
+        let b = Arc::new(InfoResponse {
+            model_id: "m".into(),
+            dimension: 768,
+            ..Default::default()
+        });
         assert!(set.accept_model(&a));
         assert!(set.accept_model(&a));
         assert!(!set.accept_model(&b));

@@ -27,7 +27,11 @@ impl RequestId {
     /// (safe in headers and logs), a fresh one otherwise.
     pub fn from_caller(value: Option<&[u8]>) -> Self {
         match value {
-            Some(v) if !v.is_empty() && v.len() <= MAX_LEN && v.iter().all(|b| b.is_ascii_graphic()) => {
+            Some(v)
+                if !v.is_empty()
+                    && v.len() <= MAX_LEN
+                    && v.iter().all(|b| b.is_ascii_graphic()) =>
+            {
                 Self(Arc::from(std::str::from_utf8(v).unwrap_or_default()))
             }
             _ => Self::generate(),
@@ -39,9 +43,16 @@ impl RequestId {
     pub fn generate() -> Self {
         static SEED: OnceLock<u64> = OnceLock::new();
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let seed = *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().build_hasher().finish());
+        let seed = *SEED.get_or_init(|| {
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        });
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        Self(Arc::from(format!("{:016x}", splitmix64(seed.wrapping_add(n)))))
+        Self(Arc::from(format!(
+            "{:016x}",
+            splitmix64(seed.wrapping_add(n))
+        )))
     }
 
     pub fn as_str(&self) -> &str {
@@ -79,7 +90,13 @@ mod tests {
     #[test]
     fn keeps_sane_caller_ids_and_replaces_others() {
         assert_eq!(RequestId::from_caller(Some(b"abc-123")).as_str(), "abc-123");
-        for bad in [&b""[..], b"has space", b"new\nline", &[b'x'; 200], "é".as_bytes()] {
+        for bad in [
+            &b""[..],
+            b"has space",
+            b"new\nline",
+            &[b'x'; 200],
+            "é".as_bytes(),
+        ] {
             let id = RequestId::from_caller(Some(bad));
             assert_eq!(id.as_str().len(), 16, "{bad:?}");
         }

@@ -23,10 +23,16 @@ use crate::{balancer, grpc, health, http};
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
     let tokenizer = Tokenizer::from_file(&config.tokenizer).map_err(|e| e.to_string())?;
-    let templates = Arc::new(TemplateStore::open(config.config.clone(), Arc::clone(&metrics))?);
+    let templates = Arc::new(TemplateStore::open(
+        config.config.clone(),
+        Arc::clone(&metrics),
+    )?);
     let replicas = Arc::new(ReplicaSet::default());
     let source = match &config.tulip_dns {
-        Some(target) => Source::Dns { target: target.clone(), interval: config.dns_interval },
+        Some(target) => Source::Dns {
+            target: target.clone(),
+            interval: config.dns_interval,
+        },
         None => Source::Static(config.tulip.clone()),
     };
     discovery::start(source, Arc::clone(&replicas)).await?;
@@ -61,7 +67,11 @@ pub async fn run(config: Config) -> Result<(), String> {
             .with_graceful_shutdown(stopped(stop_rx.clone()))
             .into_future(),
     );
-    let mut grpc = tokio::spawn(grpc::serve(Arc::clone(&state), grpc_listener, stopped(stop_rx)));
+    let mut grpc = tokio::spawn(grpc::serve(
+        Arc::clone(&state),
+        grpc_listener,
+        stopped(stop_rx),
+    ));
 
     tokio::select! {
         _ = shutdown_signal() => {}
@@ -79,14 +89,19 @@ pub async fn run(config: Config) -> Result<(), String> {
     .await;
     match drained {
         Ok(()) => tracing::info!("drained; exiting"),
-        Err(_) => tracing::warn!(in_flight = state.admission.in_flight(), "drain timeout; exiting with requests in flight"),
+        Err(_) => tracing::warn!(
+            in_flight = state.admission.in_flight(),
+            "drain timeout; exiting with requests in flight"
+        ),
     }
     Ok(())
 }
 
 async fn bind(host: &str, port: u16) -> Result<TcpListener, String> {
     let addr = format!("{host}:{port}");
-    TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))
+    TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -59,7 +59,9 @@ impl Templates {
             }
         }
         if file.max_input_length == Some(0) {
-            return Err("max_input_length must be positive (leave it out for the model's maximum)".into());
+            return Err(
+                "max_input_length must be positive (leave it out for the model's maximum)".into(),
+            );
         }
         Ok(Self {
             default_prompt_name: file.default_prompt_name,
@@ -81,14 +83,21 @@ impl Templates {
             )),
             None => Err(ApiError::validation(
                 "prompt_name",
-                format!("prompt_name `{name}` is unknown; configured prompts: {}", names(&self.prompts)),
+                format!(
+                    "prompt_name `{name}` is unknown; configured prompts: {}",
+                    names(&self.prompts)
+                ),
             )),
         }
     }
 }
 
 fn names(prompts: &BTreeMap<String, String>) -> String {
-    prompts.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+    prompts
+        .keys()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The running templates and where they come from.
@@ -108,7 +117,8 @@ impl TemplateStore {
         let (templates, seen) = match &path {
             None => (Templates::default(), None),
             Some(p) => {
-                let bytes = std::fs::read(p).map_err(|e| format!("cannot read --config {}: {e}", p.display()))?;
+                let bytes = std::fs::read(p)
+                    .map_err(|e| format!("cannot read --config {}: {e}", p.display()))?;
                 let t = Templates::parse(&String::from_utf8_lossy(&bytes))
                     .map_err(|e| format!("invalid --config {}: {e}", p.display()))?;
                 (t, Some(bytes))
@@ -192,7 +202,9 @@ impl TemplateStore {
                         }
                     });
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot listen for SIGHUP; config reloads on file change only"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for SIGHUP; config reloads on file change only")
+                }
             }
         }
     }
@@ -217,7 +229,11 @@ mod tests {
     fn no_templates_means_no_prefix() {
         let t = Templates::default();
         assert_eq!(t.prefix(None).unwrap(), None);
-        assert!(t.prefix(Some("query")).unwrap_err().to_string().contains("no prompt templates"));
+        assert!(t
+            .prefix(Some("query"))
+            .unwrap_err()
+            .to_string()
+            .contains("no prompt templates"));
     }
 
     #[test]

@@ -17,7 +17,10 @@ pub fn object(value: Value, required: &'static str) -> Result<Object, ApiError> 
         Value::Object(obj) => Ok(obj),
         other => Err(ApiError::schema(
             required,
-            format!("request body must be a JSON object with an `{required}` field, got {}", type_name(&other)),
+            format!(
+                "request body must be a JSON object with an `{required}` field, got {}",
+                type_name(&other)
+            ),
         )),
     }
 }
@@ -29,7 +32,9 @@ fn shape(field: &str) -> String {
 /// Texts or token ids: a string, strings, token ids, or lists of token ids.
 pub fn inputs(obj: &Object, field: &'static str) -> Result<Inputs, ApiError> {
     match obj.get(field) {
-        None | Some(Value::Null) => Err(ApiError::schema(field, format!("missing field `{field}`"))),
+        None | Some(Value::Null) => {
+            Err(ApiError::schema(field, format!("missing field `{field}`")))
+        }
         Some(Value::String(s)) => Ok(Inputs::Texts(vec![s.clone()])),
         Some(Value::Array(items)) => {
             let Some(first) = items.first() else {
@@ -50,25 +55,36 @@ pub fn inputs(obj: &Object, field: &'static str) -> Result<Inputs, ApiError> {
                 other => Err(element_error(field, 0, other, "a string or a token id")),
             }
         }
-        Some(other) => Err(ApiError::schema(field, format!("{}; got {}", shape(field), type_name(other)))),
+        Some(other) => Err(ApiError::schema(
+            field,
+            format!("{}; got {}", shape(field), type_name(other)),
+        )),
     }
 }
 
 /// A string or an array of strings.
 pub fn strings(obj: &Object, field: &'static str) -> Result<Vec<String>, ApiError> {
     match obj.get(field) {
-        None | Some(Value::Null) => Err(ApiError::schema(field, format!("missing field `{field}`"))),
+        None | Some(Value::Null) => {
+            Err(ApiError::schema(field, format!("missing field `{field}`")))
+        }
         Some(Value::String(s)) => Ok(vec![s.clone()]),
         Some(Value::Array(items)) if items.is_empty() => {
             Err(ApiError::Empty(format!("`{field}` must not be empty")))
         }
         Some(Value::Array(items)) => each(items, |i, v| match v {
             Value::String(s) => Ok(s.clone()),
-            other => Err(ApiError::schema(field, format!("{field}[{i}] must be a string, got {}", type_name(other)))),
+            other => Err(ApiError::schema(
+                field,
+                format!("{field}[{i}] must be a string, got {}", type_name(other)),
+            )),
         }),
         Some(other) => Err(ApiError::schema(
             field,
-            format!("`{field}` must be a string or an array of strings, got {}", type_name(other)),
+            format!(
+                "`{field}` must be a string or an array of strings, got {}",
+                type_name(other)
+            ),
         )),
     }
 }
@@ -76,9 +92,14 @@ pub fn strings(obj: &Object, field: &'static str) -> Result<Vec<String>, ApiErro
 /// A required string.
 pub fn string(obj: &Object, field: &'static str) -> Result<String, ApiError> {
     match obj.get(field) {
-        None | Some(Value::Null) => Err(ApiError::schema(field, format!("missing field `{field}`"))),
+        None | Some(Value::Null) => {
+            Err(ApiError::schema(field, format!("missing field `{field}`")))
+        }
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(ApiError::schema(field, format!("`{field}` must be a string, got {}", type_name(other)))),
+        Some(other) => Err(ApiError::schema(
+            field,
+            format!("`{field}` must be a string, got {}", type_name(other)),
+        )),
     }
 }
 
@@ -86,7 +107,10 @@ pub fn opt_string(obj: &Object, field: &'static str) -> Result<Option<String>, A
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(ApiError::schema(field, format!("`{field}` must be a string, got {}", type_name(other)))),
+        Some(other) => Err(ApiError::schema(
+            field,
+            format!("`{field}` must be a string, got {}", type_name(other)),
+        )),
     }
 }
 
@@ -94,7 +118,10 @@ pub fn opt_bool(obj: &Object, field: &'static str) -> Result<Option<bool>, ApiEr
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(ApiError::schema(field, format!("`{field}` must be true or false, got {other}"))),
+        Some(other) => Err(ApiError::schema(
+            field,
+            format!("`{field}` must be true or false, got {other}"),
+        )),
     }
 }
 
@@ -117,29 +144,52 @@ pub fn dimensions(obj: &Object) -> Result<Option<u32>, ApiError> {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_i64() {
             Some(d) if d >= 1 && d <= u32::MAX as i64 => Ok(Some(d as u32)),
-            _ => Err(ApiError::schema("dimensions", format!("`dimensions` must be a positive integer, got {v}"))),
+            _ => Err(ApiError::schema(
+                "dimensions",
+                format!("`dimensions` must be a positive integer, got {v}"),
+            )),
         },
     }
 }
 
-fn each<T>(items: &[Value], f: impl Fn(usize, &Value) -> Result<T, ApiError>) -> Result<Vec<T>, ApiError> {
+fn each<T>(
+    items: &[Value],
+    f: impl Fn(usize, &Value) -> Result<T, ApiError>,
+) -> Result<Vec<T>, ApiError> {
     items.iter().enumerate().map(|(i, v)| f(i, v)).collect()
 }
 
-fn token_ids(items: &[Value], field: &'static str, outer: Option<usize>) -> Result<Vec<u32>, ApiError> {
+fn token_ids(
+    items: &[Value],
+    field: &'static str,
+    outer: Option<usize>,
+) -> Result<Vec<u32>, ApiError> {
     each(items, |j, v| {
-        v.as_u64().filter(|&t| t <= u32::MAX as u64).map(|t| t as u32).ok_or_else(|| {
-            let at = match outer {
-                Some(i) => format!("{field}[{i}][{j}]"),
-                None => format!("{field}[{j}]"),
-            };
-            ApiError::schema(field, format!("{at} must be a non-negative integer token id, got {v}"))
-        })
+        v.as_u64()
+            .filter(|&t| t <= u32::MAX as u64)
+            .map(|t| t as u32)
+            .ok_or_else(|| {
+                let at = match outer {
+                    Some(i) => format!("{field}[{i}][{j}]"),
+                    None => format!("{field}[{j}]"),
+                };
+                ApiError::schema(
+                    field,
+                    format!("{at} must be a non-negative integer token id, got {v}"),
+                )
+            })
     })
 }
 
 fn element_error(field: &'static str, i: usize, v: &Value, expected: &str) -> ApiError {
-    ApiError::schema(field, format!("{field}[{i}] must be {expected}, got {}; {}", type_name(v), shape(field)))
+    ApiError::schema(
+        field,
+        format!(
+            "{field}[{i}] must be {expected}, got {}; {}",
+            type_name(v),
+            shape(field)
+        ),
+    )
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -195,19 +245,40 @@ mod tests {
 
     #[test]
     fn reads_every_input_shape() {
-        assert!(matches!(inputs(&obj(json!({"input": "a"})), "input"), Ok(Inputs::Texts(t)) if t == ["a"]));
-        assert!(matches!(inputs(&obj(json!({"input": [1, 2]})), "input"), Ok(Inputs::Ids(i)) if i == [vec![1, 2]]));
-        assert!(matches!(inputs(&obj(json!({"input": [[1], [2, 3]]})), "input"), Ok(Inputs::Ids(i)) if i.len() == 2));
-        let e = inputs(&obj(json!({"input": ["a", [1]]})), "input").unwrap_err().to_string();
+        assert!(
+            matches!(inputs(&obj(json!({"input": "a"})), "input"), Ok(Inputs::Texts(t)) if t == ["a"])
+        );
+        assert!(
+            matches!(inputs(&obj(json!({"input": [1, 2]})), "input"), Ok(Inputs::Ids(i)) if i == [vec![1, 2]])
+        );
+        assert!(
+            matches!(inputs(&obj(json!({"input": [[1], [2, 3]]})), "input"), Ok(Inputs::Ids(i)) if i.len() == 2)
+        );
+        let e = inputs(&obj(json!({"input": ["a", [1]]})), "input")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("input[1] must be a string"), "{e}");
-        assert!(matches!(inputs(&obj(json!({"input": []})), "input"), Err(ApiError::Empty(_))));
-        assert!(matches!(inputs(&obj(json!({"inputs": "a"})), "input"), Err(ApiError::Schema { .. })));
+        assert!(matches!(
+            inputs(&obj(json!({"input": []})), "input"),
+            Err(ApiError::Empty(_))
+        ));
+        assert!(matches!(
+            inputs(&obj(json!({"inputs": "a"})), "input"),
+            Err(ApiError::Schema { .. })
+        ));
     }
 
     #[test]
     fn rows_serialise_from_bytes() {
-        let data: Vec<u8> = [1.0f32, 2.0, 3.5, -4.0].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let s = serde_json::to_string(&Rows { data: &data, dim: 2 }).unwrap();
+        let data: Vec<u8> = [1.0f32, 2.0, 3.5, -4.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let s = serde_json::to_string(&Rows {
+            data: &data,
+            dim: 2,
+        })
+        .unwrap();
         assert_eq!(s, "[[1.0,2.0],[3.5,-4.0]]");
     }
 }

@@ -53,7 +53,11 @@ async fn request_id(request: Request, next: Next) -> Response {
     let id = RequestId::from_caller(request.headers().get(HEADER).map(|v| v.as_bytes()));
     let span = tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
     let started = Instant::now();
-    let mut response = id.clone().scope(next.run(request)).instrument(span.clone()).await;
+    let mut response = id
+        .clone()
+        .scope(next.run(request))
+        .instrument(span.clone())
+        .await;
     if let Ok(v) = HeaderValue::from_str(id.as_str()) {
         response.headers_mut().insert(HEADER, v);
     }
@@ -70,8 +74,16 @@ async fn request_id(request: Request, next: Next) -> Response {
 }
 
 /// The API key on every route but the public ones.
-async fn require_key(State(state): State<AppState>, matched: MatchedPath, request: Request, next: Next) -> Response {
-    let authorization = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
+async fn require_key(
+    State(state): State<AppState>,
+    matched: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
     match state.api_key.check(authorization) {
         Ok(()) => next.run(request).await,
         Err(e) => {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::body::json_body;
-use super::fields::{self, Object, F32s};
+use super::fields::{self, F32s, Object};
 use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
 use crate::pipeline::{self, Job, Kind, Options, Output};
@@ -27,10 +27,17 @@ enum Format {
     Base64,
 }
 
-pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn embeddings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = fields::object(json_body(&headers, body, state.config.max_body_bytes)?, "input")?;
+        let obj = fields::object(
+            json_body(&headers, body, state.config.max_body_bytes)?,
+            "input",
+        )?;
         let format = format(&obj)?;
         let job = Job {
             kind: Kind::Dense,
@@ -44,7 +51,11 @@ pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body:
             },
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
-        let model = state.replicas.model().map(|m| m.model_id.clone()).unwrap_or_default();
+        let model = state
+            .replicas
+            .model()
+            .map(|m| m.model_id.clone())
+            .unwrap_or_default();
         Ok(json_timed(render(&out, format, &model)?, &out, started))
     }
     .await;
@@ -98,7 +109,9 @@ fn render(out: &Output, format: Format, model: &str) -> Result<Vec<u8>, ApiError
             index: i,
             embedding: match format {
                 Format::Float => Vector::Float(F32s(out.row(i))),
-                Format::Base64 => Vector::Base64(base64::engine::general_purpose::STANDARD.encode(out.row(i))),
+                Format::Base64 => {
+                    Vector::Base64(base64::engine::general_purpose::STANDARD.encode(out.row(i)))
+                }
             },
         })
         .collect();
@@ -106,6 +119,9 @@ fn render(out: &Output, format: Format, model: &str) -> Result<Vec<u8>, ApiError
         object: "list",
         data,
         model,
-        usage: Usage { prompt_tokens: out.tokens, total_tokens: out.tokens },
+        usage: Usage {
+            prompt_tokens: out.tokens,
+            total_tokens: out.tokens,
+        },
     })
 }

@@ -22,13 +22,19 @@ fn errors(error_schema: &str, codes: &[(&str, &str)]) -> serde_json::Map<String,
         .collect()
 }
 
-fn operation(summary: &str, request: Option<&str>, ok: Value, errs: serde_json::Map<String, Value>) -> Value {
+fn operation(
+    summary: &str,
+    request: Option<&str>,
+    ok: Value,
+    errs: serde_json::Map<String, Value>,
+) -> Value {
     let mut responses = serde_json::Map::new();
     responses.insert("200".into(), ok);
     responses.extend(errs);
     let mut op = json!({ "summary": summary, "responses": responses });
     if let Some(r) = request {
-        op["requestBody"] = json!({ "required": true, "content": { "application/json": { "schema": schema(r) } } });
+        op["requestBody"] =
+            json!({ "required": true, "content": { "application/json": { "schema": schema(r) } } });
         op["security"] = json!([{ "bearer": [] }, {}]);
     }
     op
@@ -122,10 +128,13 @@ fn schemas() -> Value {
         ids,
         { "type": "array", "items": ids, "minItems": 1 },
     ]});
-    let direction = json!({ "type": "string", "enum": ["right", "left", "Right", "Left"], "default": "right" });
+    let direction =
+        json!({ "type": "string", "enum": ["right", "left", "Right", "Left"], "default": "right" });
     let prompt = json!({ "type": ["string", "null"], "description": "A prompt template from the --config file; unset uses its default_prompt_name" });
-    let truncate = |default: bool| json!({ "type": "boolean", "default": default,
-        "description": "Cut inputs longer than the model's maximum instead of refusing them" });
+    let truncate = |default: bool| {
+        json!({ "type": "boolean", "default": default,
+        "description": "Cut inputs longer than the model's maximum instead of refusing them" })
+    };
     let vector = json!({ "type": "array", "items": { "type": "number" } });
     let embed_fields = |dense: bool| {
         let mut props = json!({
@@ -133,7 +142,8 @@ fn schemas() -> Value {
         });
         if dense {
             props["normalize"] = json!({ "type": "boolean", "default": true });
-            props["dimensions"] = json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
+            props["dimensions"] =
+                json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
         }
         json!({ "type": "object", "required": ["inputs"], "properties": props })
     };

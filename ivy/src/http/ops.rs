@@ -31,7 +31,11 @@ pub async fn ready(State(state): State<AppState>) -> Response {
         "healthy_replicas": healthy,
         "replicas": replicas.len(),
     });
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     (status, Json(body)).into_response()
 }
 
@@ -41,7 +45,11 @@ pub async fn info(State(state): State<AppState>) -> Response {
     let result = match state.replicas.model() {
         None => Err(no_replica()),
         Some(m) => {
-            let kinds: Vec<Kind> = m.kinds.iter().filter_map(|&k| Kind::from_proto(k)).collect();
+            let kinds: Vec<Kind> = m
+                .kinds
+                .iter()
+                .filter_map(|&k| Kind::from_proto(k))
+                .collect();
             // TEI names a cross-encoder a reranker, with its labels.
             let model_type = if kinds == [Kind::Score] {
                 json!({ "reranker": { "id2label": { "0": "LABEL_0" }, "label2id": { "LABEL_0": 0 } } })
@@ -88,6 +96,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 
 /// The OpenAPI document of these routes.
 pub async fn openapi(State(state): State<AppState>) -> Response {
-    let result: Result<Response, ApiError> = Ok(Json(openapi::document(&state.config)).into_response());
+    let result: Result<Response, ApiError> =
+        Ok(Json(openapi::document(&state.config)).into_response());
     finish(&state, Api::Tei, "openapi.json", result)
 }

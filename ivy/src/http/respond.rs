@@ -43,23 +43,51 @@ impl Api {
 /// A bounded metric label for a matched route.
 pub fn endpoint_label(path: &str) -> &'static str {
     const KNOWN: [&str; 11] = [
-        "embeddings", "embed", "embed_sparse", "embed_all", "rerank", "tokenize", "info", "openapi.json",
-        "health", "ready", "metrics",
+        "embeddings",
+        "embed",
+        "embed_sparse",
+        "embed_all",
+        "rerank",
+        "tokenize",
+        "info",
+        "openapi.json",
+        "health",
+        "ready",
+        "metrics",
     ];
     let name = path.rsplit('/').next().unwrap_or("");
-    KNOWN.iter().find(|k| **k == name).copied().unwrap_or("other")
+    KNOWN
+        .iter()
+        .find(|k| **k == name)
+        .copied()
+        .unwrap_or("other")
 }
 
 /// Records the request's outcome and renders an error in the family's shape.
-pub fn finish(state: &Gateway, api: Api, endpoint: &'static str, result: Result<Response, ApiError>) -> Response {
+pub fn finish(
+    state: &Gateway,
+    api: Api,
+    endpoint: &'static str,
+    result: Result<Response, ApiError>,
+) -> Response {
     match result {
         Ok(response) => {
-            state.metrics.request(api.label(), endpoint, response.status().as_u16().to_string(), None);
+            state.metrics.request(
+                api.label(),
+                endpoint,
+                response.status().as_u16().to_string(),
+                None,
+            );
             response
         }
         Err(e) => {
             let response = error(api, &e);
-            state.metrics.request(api.label(), endpoint, response.status().as_u16().to_string(), Some(e.kind()));
+            state.metrics.request(
+                api.label(),
+                endpoint,
+                response.status().as_u16().to_string(),
+                Some(e.kind()),
+            );
             response
         }
     }
@@ -83,14 +111,23 @@ fn error(api: Api, e: &ApiError) -> Response {
         }
         Api::Tei => {
             let (status, error_type) = e.tei_status();
-            (status, Json(json!({ "error": message, "error_type": error_type }))).into_response()
+            (
+                status,
+                Json(json!({ "error": message, "error_type": error_type })),
+            )
+                .into_response()
         }
     }
 }
 
 /// A JSON body.
 pub fn json(body: Vec<u8>) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// A JSON body with TEI's timing headers (milliseconds) and token count.
@@ -108,7 +145,9 @@ pub fn json_timed(body: Vec<u8>, out: &Output, started: Instant) -> Response {
     ];
     for (name, value) in headers {
         if let Ok(v) = HeaderValue::from_str(&value) {
-            response.headers_mut().insert(HeaderName::from_static(name), v);
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(name), v);
         }
     }
     response
@@ -116,7 +155,8 @@ pub fn json_timed(body: Vec<u8>, out: &Output, started: Instant) -> Response {
 
 /// Serialises a response body; our own types always serialise.
 pub fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(value).map_err(|e| ApiError::Internal(format!("serialising the response: {e}")))
+    serde_json::to_vec(value)
+        .map_err(|e| ApiError::Internal(format!("serialising the response: {e}")))
 }
 
 #[cfg(test)]

@@ -24,19 +24,29 @@ type Body = Result<Bytes, BytesRejection>;
 
 pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     embedding(state, headers, body, Kind::Dense, "embed", |out| {
-        to_json(&Rows { data: out.data(), dim: out.dim })
+        to_json(&Rows {
+            data: out.data(),
+            dim: out.dim,
+        })
     })
     .await
 }
 
-pub async fn embed_sparse(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+pub async fn embed_sparse(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     embedding(state, headers, body, Kind::Sparse, "embed_sparse", |out| {
         let all: Vec<Vec<SparseValue>> = (0..out.sequences)
             .map(|i| {
                 let (ids, weights) = out.sparse(i);
                 ids.iter()
                     .zip(weights.chunks_exact(4))
-                    .map(|(&index, w)| SparseValue { index, value: f32::from_le_bytes([w[0], w[1], w[2], w[3]]) })
+                    .map(|(&index, w)| SparseValue {
+                        index,
+                        value: f32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+                    })
                     .collect()
             })
             .collect();
@@ -46,10 +56,22 @@ pub async fn embed_sparse(State(state): State<AppState>, headers: HeaderMap, bod
 }
 
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    embedding(state, headers, body, Kind::MultiVector, "embed_all", |out| {
-        let all: Vec<Rows> = (0..out.sequences).map(|i| Rows { data: out.vectors(i), dim: out.dim }).collect();
-        to_json(&all)
-    })
+    embedding(
+        state,
+        headers,
+        body,
+        Kind::MultiVector,
+        "embed_all",
+        |out| {
+            let all: Vec<Rows> = (0..out.sequences)
+                .map(|i| Rows {
+                    data: out.vectors(i),
+                    dim: out.dim,
+                })
+                .collect();
+            to_json(&all)
+        },
+    )
     .await
 }
 
@@ -78,7 +100,11 @@ async fn embedding(
             options.normalize = Some(fields::opt_bool(&obj, "normalize")?.unwrap_or(true));
             options.dimensions = fields::dimensions(&obj)?;
         }
-        let job = Job { kind, inputs: fields::inputs(&obj, "inputs")?, options };
+        let job = Job {
+            kind,
+            inputs: fields::inputs(&obj, "inputs")?,
+            options,
+        };
         let out = pipeline::run(&state, job, state.deadline()).await?;
         Ok(json_timed(render(&out)?, &out, started))
     }
@@ -93,7 +119,10 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
         let query = fields::string(&obj, "query")?;
         let texts = match obj.get("texts") {
             Some(serde_json::Value::String(_)) => {
-                return Err(ApiError::schema("texts", "`texts` must be an array of strings"));
+                return Err(ApiError::schema(
+                    "texts",
+                    "`texts` must be an array of strings",
+                ));
             }
             _ => fields::strings(&obj, "texts")?,
         };
@@ -101,7 +130,11 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
         let echo = return_text.then(|| texts.clone());
         let mut options = common_options(&obj)?;
         options.raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
-        let job = Job { kind: Kind::Score, inputs: Inputs::Pairs { query, texts }, options };
+        let job = Job {
+            kind: Kind::Score,
+            inputs: Inputs::Pairs { query, texts },
+            options,
+        };
         let out = pipeline::run(&state, job, state.deadline()).await?;
         Ok(json_timed(to_json(&out.ranks(echo)?)?, &out, started))
     }
@@ -118,7 +151,10 @@ pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: B
             prompt_name: fields::opt_string(&obj, "prompt_name")?,
         };
         let all = tokens::run(&state, job, state.deadline()).await?;
-        let body: Vec<Vec<SimpleToken>> = all.iter().map(|t| t.iter().map(SimpleToken::from).collect()).collect();
+        let body: Vec<Vec<SimpleToken>> = all
+            .iter()
+            .map(|t| t.iter().map(SimpleToken::from).collect())
+            .collect();
         Ok(json(to_json(&body)?))
     }
     .await;
@@ -136,12 +172,21 @@ struct SimpleToken<'a> {
 
 impl<'a> From<&'a Token> for SimpleToken<'a> {
     fn from(t: &'a Token) -> Self {
-        Self { id: t.id, text: &t.text, special: t.special, start: t.start, stop: t.stop }
+        Self {
+            id: t.id,
+            text: &t.text,
+            special: t.special,
+            start: t.start,
+            stop: t.stop,
+        }
     }
 }
 
 fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Object, ApiError> {
-    fields::object(json_body(headers, body, state.config.max_body_bytes)?, "inputs")
+    fields::object(
+        json_body(headers, body, state.config.max_body_bytes)?,
+        "inputs",
+    )
 }
 
 fn common_options(obj: &Object) -> Result<Options, ApiError> {

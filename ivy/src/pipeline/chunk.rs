@@ -23,7 +23,10 @@ pub fn cut(lengths: &[u32], budget: usize, max_sequences: usize) -> Vec<Chunk> {
         let len = len as usize;
         let count = i - seq_start;
         if count > 0 && (tokens + len > budget || count == max_sequences) {
-            chunks.push(Chunk { sequences: seq_start..i, tokens: tok_start..tok_start + tokens });
+            chunks.push(Chunk {
+                sequences: seq_start..i,
+                tokens: tok_start..tok_start + tokens,
+            });
             seq_start = i;
             tok_start += tokens;
             tokens = 0;
@@ -31,7 +34,10 @@ pub fn cut(lengths: &[u32], budget: usize, max_sequences: usize) -> Vec<Chunk> {
         tokens += len;
     }
     if seq_start < lengths.len() {
-        chunks.push(Chunk { sequences: seq_start..lengths.len(), tokens: tok_start..tok_start + tokens });
+        chunks.push(Chunk {
+            sequences: seq_start..lengths.len(),
+            tokens: tok_start..tok_start + tokens,
+        });
     }
     chunks
 }
@@ -41,7 +47,10 @@ mod tests {
     use super::*;
 
     fn shapes(lengths: &[u32], budget: usize, max: usize) -> Vec<Vec<u32>> {
-        cut(lengths, budget, max).iter().map(|c| lengths[c.sequences.clone()].to_vec()).collect()
+        cut(lengths, budget, max)
+            .iter()
+            .map(|c| lengths[c.sequences.clone()].to_vec())
+            .collect()
     }
 
     #[test]
@@ -54,7 +63,10 @@ mod tests {
     #[test]
     fn zero_budget_is_one_chunk_and_sequence_cap_applies() {
         assert_eq!(shapes(&[5, 5, 5], 0, 100), vec![vec![5, 5, 5]]);
-        assert_eq!(shapes(&[1, 1, 1, 1, 1], 0, 2), vec![vec![1, 1], vec![1, 1], vec![1]]);
+        assert_eq!(
+            shapes(&[1, 1, 1, 1, 1], 0, 2),
+            vec![vec![1, 1], vec![1, 1], vec![1]]
+        );
         assert!(cut(&[], 10, 10).is_empty());
     }
 

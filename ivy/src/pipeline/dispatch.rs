@@ -41,8 +41,8 @@ pub async fn send_all(
         .collect();
     stream::iter(sends)
         .buffered(window.max(1))
-    .try_collect()
-    .await
+        .try_collect()
+        .await
 }
 
 async fn send(state: &AppState, request: EmbedRequest) -> Result<EmbedResponse, ApiError> {
@@ -70,7 +70,9 @@ async fn send(state: &AppState, request: EmbedRequest) -> Result<EmbedResponse, 
     }
     let n = state.config.max_attempts;
     Err(match last_error {
-        Some(ApiError::Unavailable(m)) => ApiError::Unavailable(format!("a chunk failed on {n} attempts; last error: {m}")),
+        Some(ApiError::Unavailable(m)) => {
+            ApiError::Unavailable(format!("a chunk failed on {n} attempts; last error: {m}"))
+        }
         Some(e) => ApiError::Upstream(format!("a chunk failed on {n} attempts; last error: {e}")),
         None => no_replica(),
     })

@@ -70,7 +70,10 @@ pub enum Inputs {
     /// Token ids the caller produced itself (no template, no tokenizer).
     Ids(Vec<Vec<u32>>),
     /// A query scored against each text.
-    Pairs { query: String, texts: Vec<String> },
+    Pairs {
+        query: String,
+        texts: Vec<String>,
+    },
 }
 
 impl Inputs {
@@ -138,9 +141,16 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     let tokenized = prepare::tokenize(state, &model, &templates, job.inputs, &job.options).await?;
     let tokenize = started.elapsed();
     state.metrics.stage(Stage::Tokenize, tokenize);
-    validate::tokens(tokenized.token_ids.len(), state.config.max_tokens_per_request)?;
+    validate::tokens(
+        tokenized.token_ids.len(),
+        state.config.max_tokens_per_request,
+    )?;
 
-    let chunks = chunk::cut(&tokenized.lengths, state.config.chunk_tokens, model.max_request_sequences as usize);
+    let chunks = chunk::cut(
+        &tokenized.lengths,
+        state.config.chunk_tokens,
+        model.max_request_sequences as usize,
+    );
     let template = EmbedRequest {
         token_ids: Vec::new(),
         lengths: Vec::new(),
@@ -148,7 +158,9 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
         normalize: job.options.normalize,
         dimensions: job.options.dimensions.unwrap_or(0),
         raw_scores: job.options.raw_scores,
-        request_id: RequestId::current().map(|r| r.to_string()).unwrap_or_default(),
+        request_id: RequestId::current()
+            .map(|r| r.to_string())
+            .unwrap_or_default(),
     };
     let sent = Instant::now();
     let replies = dispatch::send_all(state, &tokenized, &chunks, &template).await?;

@@ -40,7 +40,11 @@ pub struct Output {
 
 impl Output {
     /// Joins the replies of `chunks` (same order).
-    pub fn merge(kind: Kind, chunks: &[Chunk], replies: Vec<EmbedResponse>) -> Result<Self, ApiError> {
+    pub fn merge(
+        kind: Kind,
+        chunks: &[Chunk],
+        replies: Vec<EmbedResponse>,
+    ) -> Result<Self, ApiError> {
         let single = replies.len() == 1;
         let mut dim = None;
         let mut data = BytesMut::new();
@@ -50,7 +54,11 @@ impl Output {
         for (chunk, reply) in chunks.iter().zip(replies) {
             check(kind, chunk.sequences.len(), &reply)?;
             if *dim.get_or_insert(reply.dim) != reply.dim {
-                return Err(bad_reply(format!("chunks came back with {} and {} values per row", dim.unwrap_or(0), reply.dim)));
+                return Err(bad_reply(format!(
+                    "chunks came back with {} and {} values per row",
+                    dim.unwrap_or(0),
+                    reply.dim
+                )));
             }
             if let Some(t) = reply.timing {
                 timing.queue = timing.queue.max(Duration::from_micros(t.queue_us));
@@ -115,7 +123,10 @@ impl Output {
     pub fn sparse(&self, i: usize) -> (&[u32], &[u8]) {
         let start = self.row_starts[i];
         let end = start + self.row_counts[i] as usize;
-        (&self.sparse_indices[start..end], &self.data[start * 4..end * 4])
+        (
+            &self.sparse_indices[start..end],
+            &self.data[start * 4..end * 4],
+        )
     }
 }
 
@@ -166,13 +177,21 @@ fn check(kind: Kind, sequences: usize, r: &EmbedResponse) -> Result<(), ApiError
         return Err(bad_reply(format!("{rows} rows for {sequences} sequences")));
     }
     if matches!(kind, Kind::Score | Kind::Sparse) && dim != 1 {
-        return Err(bad_reply(format!("{dim} values per row where 1 was expected")));
+        return Err(bad_reply(format!(
+            "{dim} values per row where 1 was expected"
+        )));
     }
     if kind == Kind::Sparse && r.sparse_indices.len() != rows {
-        return Err(bad_reply(format!("{} token ids for {rows} sparse weights", r.sparse_indices.len())));
+        return Err(bad_reply(format!(
+            "{} token ids for {rows} sparse weights",
+            r.sparse_indices.len()
+        )));
     }
     if r.data.len() != rows * dim * 4 {
-        return Err(bad_reply(format!("{} bytes for {rows} rows of {dim} values", r.data.len())));
+        return Err(bad_reply(format!(
+            "{} bytes for {rows} rows of {dim} values",
+            r.data.len()
+        )));
     }
     Ok(())
 }
@@ -182,22 +201,45 @@ mod tests {
     use super::*;
 
     fn floats(v: &[f32]) -> Bytes {
-        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>().into()
+        v.iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into()
     }
 
     fn to_f32(b: &[u8]) -> Vec<f32> {
-        b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
     }
 
     fn chunk(s: std::ops::Range<usize>, t: std::ops::Range<usize>) -> Chunk {
-        Chunk { sequences: s, tokens: t }
+        Chunk {
+            sequences: s,
+            tokens: t,
+        }
     }
 
     #[test]
     fn dense_chunks_concatenate_in_order() {
-        let a = EmbedResponse { rows: 2, dim: 2, data: floats(&[1., 2., 3., 4.]), ..Default::default() };
-        let b = EmbedResponse { rows: 1, dim: 2, data: floats(&[5., 6.]), ..Default::default() };
-        let out = Output::merge(Kind::Dense, &[chunk(0..2, 0..7), chunk(2..3, 7..9)], vec![a, b]).unwrap();
+        let a = EmbedResponse {
+            rows: 2,
+            dim: 2,
+            data: floats(&[1., 2., 3., 4.]),
+            ..Default::default()
+        };
+        let b = EmbedResponse {
+            rows: 1,
+            dim: 2,
+            data: floats(&[5., 6.]),
+            ..Default::default()
+        };
+        let out = Output::merge(
+            Kind::Dense,
+            &[chunk(0..2, 0..7), chunk(2..3, 7..9)],
+            vec![a, b],
+        )
+        .unwrap();
         assert_eq!((out.sequences, out.dim, out.tokens), (3, 2, 9));
         assert_eq!(to_f32(out.row(2)), vec![5., 6.]);
         assert_eq!(to_f32(out.row(0)), vec![1., 2.]);
@@ -205,38 +247,85 @@ mod tests {
 
     #[test]
     fn sparse_and_multi_vector_rows_follow_their_sequence() {
-        let a = EmbedResponse { rows: 3, dim: 1, row_counts: vec![2, 1], sparse_indices: vec![7, 9, 4],
-                                data: floats(&[0.5, 0.25, 1.0]), ..Default::default() };
-        let b = EmbedResponse { rows: 1, dim: 1, row_counts: vec![1], sparse_indices: vec![3],
-                                data: floats(&[2.0]), ..Default::default() };
-        let out = Output::merge(Kind::Sparse, &[chunk(0..2, 0..4), chunk(2..3, 4..6)], vec![a, b]).unwrap();
+        let a = EmbedResponse {
+            rows: 3,
+            dim: 1,
+            row_counts: vec![2, 1],
+            sparse_indices: vec![7, 9, 4],
+            data: floats(&[0.5, 0.25, 1.0]),
+            ..Default::default()
+        };
+        let b = EmbedResponse {
+            rows: 1,
+            dim: 1,
+            row_counts: vec![1],
+            sparse_indices: vec![3],
+            data: floats(&[2.0]),
+            ..Default::default()
+        };
+        let out = Output::merge(
+            Kind::Sparse,
+            &[chunk(0..2, 0..4), chunk(2..3, 4..6)],
+            vec![a, b],
+        )
+        .unwrap();
         let (ids, w) = out.sparse(1);
         assert_eq!((ids, to_f32(w)), (&[4u32][..], vec![1.0]));
         assert_eq!(out.sparse(2).0, &[3]);
 
-        let m = EmbedResponse { rows: 3, dim: 2, row_counts: vec![1, 2], data: floats(&[1., 1., 2., 2., 3., 3.]), ..Default::default() };
+        let m = EmbedResponse {
+            rows: 3,
+            dim: 2,
+            row_counts: vec![1, 2],
+            data: floats(&[1., 1., 2., 2., 3., 3.]),
+            ..Default::default()
+        };
         let out = Output::merge(Kind::MultiVector, &[chunk(0..2, 0..5)], vec![m]).unwrap();
         assert_eq!(to_f32(out.vectors(1)), vec![2., 2., 3., 3.]);
     }
 
     #[test]
     fn ranks_are_best_first_with_optional_text() {
-        let r = EmbedResponse { rows: 3, dim: 1, data: floats(&[0.1, 0.9, 0.5]), ..Default::default() };
+        let r = EmbedResponse {
+            rows: 3,
+            dim: 1,
+            data: floats(&[0.1, 0.9, 0.5]),
+            ..Default::default()
+        };
         let out = Output::merge(Kind::Score, &[chunk(0..3, 0..9)], vec![r]).unwrap();
-        let ranks = out.ranks(Some(vec!["a".into(), "b".into(), "c".into()])).unwrap();
-        let got: Vec<(usize, Option<&str>)> = ranks.iter().map(|r| (r.index, r.text.as_deref())).collect();
+        let ranks = out
+            .ranks(Some(vec!["a".into(), "b".into(), "c".into()]))
+            .unwrap();
+        let got: Vec<(usize, Option<&str>)> =
+            ranks.iter().map(|r| (r.index, r.text.as_deref())).collect();
         assert_eq!(got, vec![(1, Some("b")), (2, Some("c")), (0, Some("a"))]);
         assert!(out.ranks(None).unwrap().iter().all(|r| r.text.is_none()));
     }
 
     #[test]
     fn malformed_replies_are_refused() {
-        let short = EmbedResponse { rows: 1, dim: 2, data: floats(&[1., 2.]), ..Default::default() };
+        let short = EmbedResponse {
+            rows: 1,
+            dim: 2,
+            data: floats(&[1., 2.]),
+            ..Default::default()
+        };
         assert!(Output::merge(Kind::Dense, &[chunk(0..2, 0..4)], vec![short]).is_err());
-        let bytes = EmbedResponse { rows: 1, dim: 2, data: floats(&[1.]), ..Default::default() };
+        let bytes = EmbedResponse {
+            rows: 1,
+            dim: 2,
+            data: floats(&[1.]),
+            ..Default::default()
+        };
         assert!(Output::merge(Kind::Dense, &[chunk(0..1, 0..4)], vec![bytes]).is_err());
-        let counts = EmbedResponse { rows: 2, dim: 1, row_counts: vec![2], sparse_indices: vec![1, 2],
-                                     data: floats(&[1., 1.]), ..Default::default() };
+        let counts = EmbedResponse {
+            rows: 2,
+            dim: 1,
+            row_counts: vec![2],
+            sparse_indices: vec![1, 2],
+            data: floats(&[1., 1.]),
+            ..Default::default()
+        };
         assert!(Output::merge(Kind::Sparse, &[chunk(0..2, 0..4)], vec![counts]).is_err());
     }
 }

@@ -24,7 +24,11 @@ pub async fn tokenize(
     options: &Options,
 ) -> Result<Tokenized, ApiError> {
     let truncation = Truncation {
-        max_length: max_input_length(state.config.max_input_length, templates.max_input_length, model),
+        max_length: max_input_length(
+            state.config.max_input_length,
+            templates.max_input_length,
+            model,
+        ),
         enabled: options.truncate,
         direction: options.direction,
     };
@@ -42,9 +46,11 @@ pub async fn tokenize(
                 return encode_pairs(&state.tokenizer, &query, &texts, truncation);
             }
             let tokenizer = Arc::clone(&state.tokenizer);
-            tokio::task::spawn_blocking(move || encode_pairs(&tokenizer, &query, &texts, truncation))
-                .await
-                .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+            tokio::task::spawn_blocking(move || {
+                encode_pairs(&tokenizer, &query, &texts, truncation)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
         }
     }
 }
@@ -64,7 +70,12 @@ fn max_input_length(flag: usize, file: Option<usize>, model: &InfoResponse) -> u
 
 /// Cross-encoder inputs: `[CLS] query [SEP] text [SEP]` (or the model's
 /// equivalent); when too long, the longer side loses tokens first.
-fn encode_pairs(tokenizer: &Tokenizer, query: &str, texts: &[String], truncation: Truncation) -> Result<Tokenized, ApiError> {
+fn encode_pairs(
+    tokenizer: &Tokenizer,
+    query: &str,
+    texts: &[String],
+    truncation: Truncation,
+) -> Result<Tokenized, ApiError> {
     let opts = EncodeOptions {
         add_special_tokens: true,
         max_length: Some(truncation.max_length),
@@ -93,11 +104,18 @@ fn encode_pairs(tokenizer: &Tokenizer, query: &str, texts: &[String], truncation
 
 /// Token-id inputs get the same checks and errors as text (Tulip checks
 /// again: it never trusts its callers).
-fn check_ids(ids: Vec<Vec<u32>>, truncation: Truncation, vocab_size: u32) -> Result<Tokenized, ApiError> {
+fn check_ids(
+    ids: Vec<Vec<u32>>,
+    truncation: Truncation,
+    vocab_size: u32,
+) -> Result<Tokenized, ApiError> {
     let mut out = Tokenized::default();
     for (i, seq) in ids.iter().enumerate() {
         if seq.is_empty() {
-            return Err(ApiError::validation("input", format!("input[{i}] is empty")));
+            return Err(ApiError::validation(
+                "input",
+                format!("input[{i}] is empty"),
+            ));
         }
         if let Some(&bad) = seq.iter().find(|&&t| t >= vocab_size) {
             return Err(ApiError::validation(
@@ -133,21 +151,38 @@ mod tests {
     use super::*;
 
     fn trunc(max: usize, enabled: bool, direction: Direction) -> Truncation {
-        Truncation { max_length: max, enabled, direction }
+        Truncation {
+            max_length: max,
+            enabled,
+            direction,
+        }
     }
 
     #[test]
     fn ids_are_checked_and_truncated() {
-        let t = check_ids(vec![vec![1, 2, 3, 4], vec![5]], trunc(3, true, Direction::Left), 10).unwrap();
+        let t = check_ids(
+            vec![vec![1, 2, 3, 4], vec![5]],
+            trunc(3, true, Direction::Left),
+            10,
+        )
+        .unwrap();
         assert_eq!((t.token_ids, t.lengths), (vec![2, 3, 4, 5], vec![3, 1]));
-        assert!(check_ids(vec![vec![1, 2, 3, 4]], trunc(3, false, Direction::Right), 10).is_err());
+        assert!(check_ids(
+            vec![vec![1, 2, 3, 4]],
+            trunc(3, false, Direction::Right),
+            10
+        )
+        .is_err());
         assert!(check_ids(vec![vec![11]], trunc(3, true, Direction::Right), 10).is_err());
         assert!(check_ids(vec![vec![]], trunc(3, true, Direction::Right), 10).is_err());
     }
 
     #[test]
     fn caps_only_lower_the_model_maximum() {
-        let model = InfoResponse { max_input_length: 512, ..Default::default() };
+        let model = InfoResponse {
+            max_input_length: 512,
+            ..Default::default()
+        };
         assert_eq!(max_input_length(0, None, &model), 512);
         assert_eq!(max_input_length(1000, None, &model), 512);
         assert_eq!(max_input_length(256, Some(128), &model), 128);

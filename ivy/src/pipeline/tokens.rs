@@ -32,7 +32,11 @@ pub struct TokenizeJob {
     pub prompt_name: Option<String>,
 }
 
-pub async fn run(state: &AppState, job: TokenizeJob, deadline: Instant) -> Result<Vec<Vec<Token>>, ApiError> {
+pub async fn run(
+    state: &AppState,
+    job: TokenizeJob,
+    deadline: Instant,
+) -> Result<Vec<Vec<Token>>, ApiError> {
     guarded(state, deadline, async {
         if job.inputs.is_empty() {
             return Err(ApiError::Empty("the request has no inputs".into()));
@@ -40,8 +44,11 @@ pub async fn run(state: &AppState, job: TokenizeJob, deadline: Instant) -> Resul
         if job.inputs.len() > state.config.max_inputs {
             return Err(ApiError::validation(
                 "inputs",
-                format!("{} inputs exceed the limit of {} per request; split the request",
-                        job.inputs.len(), state.config.max_inputs),
+                format!(
+                    "{} inputs exceed the limit of {} per request; split the request",
+                    job.inputs.len(),
+                    state.config.max_inputs
+                ),
             ));
         }
         let started = Instant::now();
@@ -65,8 +72,16 @@ pub async fn run(state: &AppState, job: TokenizeJob, deadline: Instant) -> Resul
     .await
 }
 
-fn tokens_of(tokenizer: &Tokenizer, inputs: &[String], add_special_tokens: bool) -> Result<Vec<Vec<Token>>, ApiError> {
-    let opts = EncodeOptions { add_special_tokens, max_length: None, ..Default::default() };
+fn tokens_of(
+    tokenizer: &Tokenizer,
+    inputs: &[String],
+    add_special_tokens: bool,
+) -> Result<Vec<Vec<Token>>, ApiError> {
+    let opts = EncodeOptions {
+        add_special_tokens,
+        max_length: None,
+        ..Default::default()
+    };
     inputs
         .iter()
         .enumerate()
@@ -78,9 +93,17 @@ fn tokens_of(tokenizer: &Tokenizer, inputs: &[String], add_special_tokens: bool)
                 .map(|k| {
                     let id = enc.ids[k];
                     let (start, stop) = enc.offsets[k];
-                    let slice = text.get(start as usize..stop as usize).filter(|s| !s.is_empty());
+                    let slice = text
+                        .get(start as usize..stop as usize)
+                        .filter(|s| !s.is_empty());
                     match (enc.special[k], slice) {
-                        (false, Some(s)) => Token { id, text: s.to_string(), special: false, start: Some(start), stop: Some(stop) },
+                        (false, Some(s)) => Token {
+                            id,
+                            text: s.to_string(),
+                            special: false,
+                            start: Some(start),
+                            stop: Some(stop),
+                        },
                         (special, _) => Token {
                             id,
                             text: tokenizer.id_to_token(id).unwrap_or_default(),

@@ -15,18 +15,27 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
     if n > config.max_inputs {
         return Err(ApiError::validation(
             "input",
-            format!("{n} inputs exceed the limit of {} per request; split the request", config.max_inputs),
+            format!(
+                "{n} inputs exceed the limit of {} per request; split the request",
+                config.max_inputs
+            ),
         ));
     }
     supported(job.kind, model)?;
     if let Some(d) = job.options.dimensions {
         if job.kind != Kind::Dense {
-            return Err(ApiError::validation("dimensions", "`dimensions` applies to dense embeddings only"));
+            return Err(ApiError::validation(
+                "dimensions",
+                "`dimensions` applies to dense embeddings only",
+            ));
         }
         if d == 0 || d > model.dimension {
             return Err(ApiError::validation(
                 "dimensions",
-                format!("`dimensions` must be between 1 and the model's dimension {}, got {d}", model.dimension),
+                format!(
+                    "`dimensions` must be between 1 and the model's dimension {}, got {d}",
+                    model.dimension
+                ),
             ));
         }
     }
@@ -61,13 +70,25 @@ pub fn tokens(total: usize, limit: usize) -> Result<(), ApiError> {
 }
 
 fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
-    let kinds: Vec<Kind> = model.kinds.iter().filter_map(|&k| Kind::from_proto(k)).collect();
+    let kinds: Vec<Kind> = model
+        .kinds
+        .iter()
+        .filter_map(|&k| Kind::from_proto(k))
+        .collect();
     // A replica that lists nothing produces dense vectors only.
-    let produces = if kinds.is_empty() { kind == Kind::Dense } else { kinds.contains(&kind) };
+    let produces = if kinds.is_empty() {
+        kind == Kind::Dense
+    } else {
+        kinds.contains(&kind)
+    };
     if produces {
         return Ok(());
     }
-    let has: Vec<&str> = if kinds.is_empty() { vec!["dense"] } else { kinds.iter().map(|k| k.name()).collect() };
+    let has: Vec<&str> = if kinds.is_empty() {
+        vec!["dense"]
+    } else {
+        kinds.iter().map(|k| k.name()).collect()
+    };
     Err(ApiError::Unsupported(format!(
         "the served model `{}` does not produce {} outputs (it produces: {})",
         model.model_id,
@@ -78,7 +99,10 @@ fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
 
 fn no_empty_text(texts: &[String], field: &'static str) -> Result<(), ApiError> {
     match texts.iter().position(|t| t.is_empty()) {
-        Some(i) => Err(ApiError::validation(field, format!("{field}[{i}] is an empty string"))),
+        Some(i) => Err(ApiError::validation(
+            field,
+            format!("{field}[{i}] is an empty string"),
+        )),
         None => Ok(()),
     }
 }
