@@ -1,5 +1,20 @@
 """What a Hugging Face model directory says about the model: architecture,
-pooling, normalisation, maximum input length. Decided here, once."""
+pooling, normalisation, maximum input length, extra heads, special tokens.
+Decided here, once.
+
+Conventions read from the directory:
+
+- ``config.json`` ``architectures`` ending in ``ForSequenceClassification``:
+  a cross-encoder (one score per sequence; ``num_labels`` must be 1).
+- ``sparse_linear.pt`` / ``colbert_linear.pt`` next to an XLM-RoBERTa model
+  (BGE-M3's layout): the sparse lexical-weight head and the multi-vector
+  (ColBERT) head.
+- Qwen3 decoders: ``"use_bidirectional_attention": true`` (or
+  ``"is_causal": false``) in ``config.json`` turns the causal mask off, and
+  ``"embedding_quantization": "tanh_int8"`` maps the pooled vector to
+  ``round(127 * tanh(x))`` (the pplx-embed-v1 style). Pooling comes from
+  sentence-transformers' config as for every model (mean for pplx-embed).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +36,9 @@ _POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
 }
 SUPPORTED_POOLING = ("cls", "mean", "last")
+SPARSE_HEAD = "sparse_linear.pt"
+COLBERT_HEAD = "colbert_linear.pt"
+_TOKEN_ROLES = ("cls_token", "bos_token", "eos_token", "sep_token", "pad_token", "unk_token")
 
 
 def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
@@ -44,7 +62,8 @@ class ModelSpec:
     max_length: int  # longest input, special tokens included
     is_cross_encoder: bool
     model_id: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Special-token roles ("cls_token", "sep_token", ...) → ids.
+    special_tokens: dict[str, int] = field(default_factory=dict)
 
     @property
     def hidden_size(self) -> int:
@@ -54,10 +73,54 @@ class ModelSpec:
     def vocab_size(self) -> int:
         return int(self.hf_config["vocab_size"])
 
+    @property
+    def sparse_head(self) -> Path | None:
+        """BGE-M3's sparse head (``sparse_linear.pt``), when present."""
+        p = self.path / SPARSE_HEAD
+        return p if p.is_file() and not self.is_cross_encoder else None
+
+    @property
+    def colbert_head(self) -> Path | None:
+        """BGE-M3's multi-vector head (``colbert_linear.pt``), when present."""
+        p = self.path / COLBERT_HEAD
+        return p if p.is_file() and not self.is_cross_encoder else None
+
+    @property
+    def causal(self) -> bool:
+        """Whether attention is causal (decoders, unless the config says
+        bidirectional)."""
+        if not self.model_type.startswith("qwen"):
+            return False
+        cfg = self.hf_config
+        return not (cfg.get("use_bidirectional_attention") is True or cfg.get("is_causal") is False)
+
+    @property
+    def quantization(self) -> str:
+        """Post-pooling mapping of dense outputs: "none" or "tanh_int8"."""
+        q = str(self.hf_config.get("embedding_quantization") or "none")
+        if q not in ("none", "tanh_int8"):
+            raise ModelLoadError(f"{self.path}: embedding_quantization {q!r} is not one of none, tanh_int8")
+        return q
+
     def kinds(self) -> list[OutputKind]:
+        """The outputs this model directory can produce."""
         if self.is_cross_encoder:
             return [OutputKind.SCORE]
-        return [OutputKind.DENSE]
+        kinds = [OutputKind.DENSE]
+        if self.sparse_head is not None:
+            kinds.append(OutputKind.SPARSE)
+        if self.colbert_head is not None:
+            kinds.append(OutputKind.MULTI_VECTOR)
+        return kinds
+
+    def special_token_ids(self) -> list[int]:
+        """Ids of the tokenizer's named special tokens (CLS/BOS, EOS/SEP,
+        PAD, UNK): the tokens BGE-M3 gives no lexical weight."""
+        return sorted(set(self.special_tokens.values()))
+
+    def token_id(self, role: str) -> int | None:
+        """The id of a named special token ("sep_token", "cls_token", ...)."""
+        return self.special_tokens.get(role)
 
     @classmethod
     def from_dir(cls, path: str | Path, model_id: str | None = None) -> "ModelSpec":
@@ -80,6 +143,7 @@ class ModelSpec:
             max_length=_max_length(path, hf, model_type),
             is_cross_encoder=is_cross,
             model_id=model_id or path.name,
+            special_tokens=_named_token_ids(path, hf),
         )
 
 
@@ -127,3 +191,27 @@ def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
         if isinstance(candidate, (int, float)) and 0 < candidate < 1e6:
             return min(int(candidate), positions)
     return positions
+
+
+def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
+    """Special-token roles → ids, from tokenizer_config.json's names looked
+    up in tokenizer.json, else config.json's ``*_token_id`` fields."""
+    tok_cfg = _read_json(path / "tokenizer_config.json") or {}
+    tok = _read_json(path / "tokenizer.json") or {}
+    by_content: dict[str, int] = {}
+    if isinstance(tok, dict):
+        vocab = (tok.get("model") or {}).get("vocab")
+        if isinstance(vocab, dict):
+            by_content.update({k: int(v) for k, v in vocab.items()})
+        for t in tok.get("added_tokens") or []:
+            by_content[t["content"]] = int(t["id"])
+    ids: dict[str, int] = {}
+    for role in _TOKEN_ROLES:
+        name = tok_cfg.get(role) if isinstance(tok_cfg, dict) else None
+        if isinstance(name, dict):  # {"content": "<s>", ...} in older files
+            name = name.get("content")
+        if isinstance(name, str) and name in by_content:
+            ids[role] = by_content[name]
+        elif isinstance(hf.get(f"{role}_id"), int):
+            ids[role] = int(hf[f"{role}_id"])
+    return ids

@@ -8,8 +8,12 @@ from ..errors import ModelLoadError
 from .base import EmbeddingModel, StepInputs
 from .bert import BertEmbedder
 from .null import NullModel
+from .qwen3 import Qwen3Embedder
+from .rerank import CrossEncoder
 
 __all__ = ["EmbeddingModel", "StepInputs", "attn_shape", "build_model"]
+
+ENCODERS = ("bert", "xlm-roberta")
 
 
 def attn_shape(spec: ModelSpec) -> AttnShape:
@@ -18,17 +22,20 @@ def attn_shape(spec: ModelSpec) -> AttnShape:
     heads = int(cfg.get("num_attention_heads", 1))
     kv = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    return AttnShape(heads, kv, head_dim, causal=False)
+    return AttnShape(heads, kv, head_dim, causal=spec.causal)
 
 
 def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
-    """An unloaded model (weights on the meta device are not used: the model
-    is built on the CPU in float32, loaded, then moved)."""
+    """An unloaded model, built on the CPU in float32 (the engine loads the
+    weights, then moves it to its device and dtype)."""
     if spec.model_type == "null":
         return NullModel(spec)
-    if spec.model_type == "bert" and not spec.is_cross_encoder:
-        return BertEmbedder(spec, backend)
+    if spec.model_type in ENCODERS:
+        return CrossEncoder(spec, backend) if spec.is_cross_encoder else BertEmbedder(spec, backend)
+    if spec.model_type == "qwen3" and not spec.is_cross_encoder:
+        return Qwen3Embedder(spec, backend)
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
-        f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported"
+        f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
+        f"(supported: bert, xlm-roberta embedders and cross-encoders; qwen3 embedders)"
     )

@@ -1,35 +1,23 @@
 """BERT-family encoders (BERT, and XLM-RoBERTa through its position offset)
-over a flat, unpadded token axis."""
+over a flat, unpadded token axis, and the sentence embedder built on them
+(dense; BGE-M3's sparse and multi-vector heads where the directory has
+them)."""
 
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionBackend, AttnShape
+from ..attention import AttentionBackend
 from ..config import ModelSpec
 from ..errors import ModelLoadError
+from ..interface import OutputKind
 from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
-
-_ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-    "swish": F.silu,
-}
-
-
-def activation(name: str):
-    try:
-        return _ACTIVATIONS[name]
-    except KeyError:
-        raise ModelLoadError(f"activation {name!r} is not supported") from None
+from .heads import ColbertHead, SparseHead
+from .layers import activation, copy_fused, copy_linear, copy_norm, segment_cumsum
 
 
 class BertLayer(nn.Module):
@@ -58,31 +46,30 @@ class BertLayer(nn.Module):
     def load(self, w: WeightReader, p: str) -> None:
         att = f"{p}attention."
         with torch.no_grad():
-            self.qkv.weight.copy_(torch.cat([w.take(f"{att}self.{n}.weight") for n in ("query", "key", "value")]))
-            self.qkv.bias.copy_(torch.cat([w.take(f"{att}self.{n}.bias") for n in ("query", "key", "value")]))
-            _copy_linear(self.attn_out, w, f"{att}output.dense")
-            _copy_norm(self.attn_norm, w, f"{att}output.LayerNorm")
-            _copy_linear(self.ffn_in, w, f"{p}intermediate.dense")
-            _copy_linear(self.ffn_out, w, f"{p}output.dense")
-            _copy_norm(self.ffn_norm, w, f"{p}output.LayerNorm")
+            copy_fused(self.qkv, w, [f"{att}self.{n}" for n in ("query", "key", "value")])
+            copy_linear(self.attn_out, w, f"{att}output.dense")
+            copy_norm(self.attn_norm, w, f"{att}output.LayerNorm")
+            copy_linear(self.ffn_in, w, f"{p}intermediate.dense")
+            copy_linear(self.ffn_out, w, f"{p}output.dense")
+            copy_norm(self.ffn_norm, w, f"{p}output.LayerNorm")
 
 
-def _copy_linear(m: nn.Linear, w: WeightReader, name: str) -> None:
-    m.weight.copy_(w.take(f"{name}.weight"))
-    if m.bias is not None:
-        m.bias.copy_(w.take(f"{name}.bias"))
-
-
-def _copy_norm(m: nn.LayerNorm, w: WeightReader, name: str) -> None:
-    m.weight.copy_(w.take(f"{name}.weight"))
-    m.bias.copy_(w.take(f"{name}.bias"))
+def padding_idx(spec: ModelSpec) -> int | None:
+    """(XLM-)RoBERTa's padding index, which offsets its positions; None for
+    BERT, whose positions start at 0."""
+    if spec.model_type in ("xlm-roberta", "roberta"):
+        return int(spec.hf_config.get("pad_token_id", 1))
+    return None
 
 
 class BertEncoder(nn.Module):
-    """Embeddings + transformer layers. ``position_offset`` is 0 for BERT and
-    padding_idx + 1 for XLM-RoBERTa, whose positions start after padding."""
+    """Embeddings + transformer layers over the flat token axis.
 
-    def __init__(self, cfg: dict, backend: AttentionBackend, position_offset: int = 0):
+    With a ``padding_idx`` (XLM-RoBERTa), positions are counted as
+    transformers does: padding_idx + 1 + the number of non-padding tokens
+    so far in the sequence, and padding tokens sit at padding_idx."""
+
+    def __init__(self, cfg: dict, backend: AttentionBackend, padding_idx: int | None = None):
         super().__init__()
         hidden = int(cfg["hidden_size"])
         heads = int(cfg["num_attention_heads"])
@@ -91,7 +78,7 @@ class BertEncoder(nn.Module):
         if cfg.get("position_embedding_type", "absolute") != "absolute":
             raise ModelLoadError("only absolute position embeddings are supported for BERT-family models")
         eps = float(cfg.get("layer_norm_eps", 1e-12))
-        self.position_offset = position_offset
+        self.padding_idx = padding_idx
         self.word = nn.Embedding(int(cfg["vocab_size"]), hidden)
         self.position = nn.Embedding(int(cfg["max_position_embeddings"]), hidden)
         self.token_type = nn.Embedding(max(int(cfg.get("type_vocab_size", 1)), 1), hidden)
@@ -101,10 +88,9 @@ class BertEncoder(nn.Module):
             BertLayer(hidden, heads, int(cfg["intermediate_size"]), eps, act, backend)
             for _ in range(int(cfg["num_hidden_layers"]))
         )
-        self.attn_shape = AttnShape(heads, heads, hidden // heads, causal=False)
 
     def forward(self, x: StepInputs, token_types: torch.Tensor | None = None) -> torch.Tensor:
-        h = self.word(x.token_ids) + self.position(x.positions + self.position_offset)
+        h = self.word(x.token_ids) + self.position(self.position_ids(x))
         if token_types is None:
             h = h + self.token_type.weight[0]
         else:
@@ -114,27 +100,58 @@ class BertEncoder(nn.Module):
             h = layer(h, x.plan)
         return h
 
+    def position_ids(self, x: StepInputs) -> torch.Tensor:
+        """Rows of the position table. Real tokens stay in range (the engine
+        checks lengths); a graph bucket's filler segment, whose rows are
+        discarded, is clamped into the table."""
+        if self.padding_idx is None:
+            pos = x.positions.long()
+        else:
+            real = (x.token_ids != self.padding_idx).long()
+            pos = segment_cumsum(real, x.cu_seqlens, x.seg_ids) * real + self.padding_idx
+        return pos.clamp_max(self.position.num_embeddings - 1)
+
     def load(self, w: WeightReader) -> None:
         with torch.no_grad():
             self.word.weight.copy_(w.take("embeddings.word_embeddings.weight"))
             self.position.weight.copy_(w.take("embeddings.position_embeddings.weight"))
             self.token_type.weight.copy_(w.take("embeddings.token_type_embeddings.weight"))
-            _copy_norm(self.norm, w, "embeddings.LayerNorm")
+            copy_norm(self.norm, w, "embeddings.LayerNorm")
         for i, layer in enumerate(self.layers):
             layer.load(w, f"encoder.layer.{i}.")
 
 
 class BertEmbedder(EmbeddingModel):
-    """A BERT sentence embedder (dense output, mean or CLS pooling)."""
+    """A BERT or XLM-RoBERTa sentence embedder: dense (CLS or mean, as the
+    sentence-transformers config says), plus BGE-M3's sparse and
+    multi-vector heads when their files are in the directory."""
 
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
-        self.encoder = BertEncoder(spec.hf_config, backend)
+        self.encoder = BertEncoder(spec.hf_config, backend, padding_idx(spec))
         self.pooling = spec.pooling
         self.dimension = spec.hidden_size
+        self.kinds = tuple(spec.kinds())
+        self.spec = spec
+        self.sparse = SparseHead(spec.hidden_size, spec.vocab_size, spec.special_token_ids()) \
+            if spec.sparse_head else None
+        self.colbert = ColbertHead.from_file(spec.colbert_head) if spec.colbert_head else None
+        if self.colbert is not None:
+            self.multi_vector_dimension = self.colbert.dimension
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         return self.encoder(x)
 
+    def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        if kind is OutputKind.SPARSE and self.sparse is not None:
+            return self.sparse(hidden, x.token_ids)
+        if kind is OutputKind.MULTI_VECTOR and self.colbert is not None:
+            return self.colbert(hidden, x)
+        return super().head(kind, hidden, x)
+
     def load(self, w: WeightReader) -> None:
         self.encoder.load(w)
+        if self.sparse is not None:
+            self.sparse.load_file(self.spec.sparse_head)
+        if self.colbert is not None:
+            self.colbert.load_file(self.spec.colbert_head)

