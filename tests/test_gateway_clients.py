@@ -111,3 +111,11 @@ def test_grpc_health(stub):
     check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=bytes, response_deserializer=bytes)
     assert check(b"", timeout=5) == b"\x08\x01"
     assert check(b"\n\nivy.v1.Ivy", timeout=5) == b"\x08\x01"
+    with pytest.raises(grpc.RpcError) as e:
+        check(b"\n\x05other", timeout=5)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    watch = channel.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=bytes,
+                                 response_deserializer=bytes)
+    updates = watch(b"", timeout=5)
+    assert next(updates) == b"\x08\x01"
+    updates.cancel()

@@ -74,9 +74,7 @@ def test_grpc_needs_the_key_but_health_does_not(ivy_keyed):
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
         reply = stub.Embed(pb2.EmbedRequest(inputs=["x"]), metadata=[("authorization", f"Bearer {KEY}")], timeout=30)
         assert reply.rows == 1 and reply.dim == 384
-        check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=bytes,
-                                    response_deserializer=bytes)
-        assert check(b"", timeout=5) == b"\x08\x01"  # SERVING
+    assert grpc_health(ivy_keyed) == b"\x08\x01"  # no key needed
 
 
 def test_the_key_never_reaches_the_log(ivy_keyed):
@@ -119,6 +117,15 @@ def test_metrics_expose_the_documented_series(ivy_minilm, tulip_minilm):
         assert name in m, name
 
 
+def grpc_health(ivy: Ivy, service: bytes = b"") -> bytes:
+    """grpc.health.v1 Check on Ivy's gRPC port; the reply's field 1 is the
+    status (b"\x08\x01" SERVING, b"\x08\x02" NOT_SERVING)."""
+    with grpc.insecure_channel(ivy.grpc_target) as channel:
+        check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=bytes,
+                                    response_deserializer=bytes)
+        return check(service, timeout=5)
+
+
 def test_no_replica_means_not_ready_then_a_new_replica_is_admitted(minilm_dir, log_dir):
     port = free_port()
     ivy = Ivy([f"http://127.0.0.1:{port}"], minilm_dir, log_dir=log_dir, wait_ready=False)
@@ -127,12 +134,15 @@ def test_no_replica_means_not_ready_then_a_new_replica_is_admitted(minilm_dir, l
         assert ivy.get("/health") == (200, b"ok")
         status, body = ivy.get("/ready")
         assert status == 503 and json.loads(body)["ready"] is False
+        assert grpc_health(ivy) == b"\x08\x02"
         status, body = ivy.post_json("/v1/embeddings", BODY)
         assert status == 503 and "no healthy Tulip replica" in body["error"]["message"]
         status, body = ivy.post_json("/embed", {"inputs": "x"})
         assert status == 503 and body["error_type"] == "Unhealthy"
         tulip = Tulip(minilm_dir, port=port, log_dir=log_dir)
         wait_for(lambda: ivy.get("/ready")[0] == 200, "readiness")
+        # gRPC health agrees with /ready at once.
+        assert grpc_health(ivy) == b"\x08\x01"
         assert ivy.post_json("/v1/embeddings", BODY)[0] == 200
     finally:
         ivy.stop()

@@ -1,5 +1,5 @@
 //! The gRPC front: `ivy.v1.Ivy` (the same pipeline as the HTTP routes) and
-//! `grpc.health.v1` (SERVING while Ivy is ready). Errors map to gRPC codes in
+//! `grpc.health.v1` (see `grpc_health.rs`). Errors map to gRPC codes in
 //! `error.rs`; the request id travels in `x-request-id` metadata.
 
 use std::future::Future;
@@ -11,7 +11,6 @@ use proto::ivy::v1::ivy_server::{Ivy, IvyServer};
 use tokio::net::TcpListener;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
-use tonic_health::ServingStatus;
 use tracing::Instrument;
 
 use crate::error::ApiError;
@@ -27,50 +26,21 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let readiness = tokio::spawn({
-        let state = state.clone();
-        let reporter = reporter.clone();
-        async move {
-            let mut last = None;
-            loop {
-                let status = if state.is_ready() {
-                    ServingStatus::Serving
-                } else {
-                    ServingStatus::NotServing
-                };
-                if last != Some(status) {
-                    reporter.set_service_status("", status).await;
-                    reporter.set_service_status("ivy.v1.Ivy", status).await;
-                    last = Some(status);
-                }
-                tokio::time::sleep(state.config.health_interval.min(Duration::from_secs(1))).await;
-            }
-        }
-    });
     let max = state.config.max_body_bytes;
+    let health = crate::grpc_health::service(state.clone());
     let service = IvyServer::new(IvyService { state })
         .max_decoding_message_size(max)
         .max_encoding_message_size(usize::MAX);
-    let result = tonic::transport::Server::builder()
+    tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(health)
         .add_service(service)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                shutdown.await;
-                readiness.abort();
-                reporter
-                    .set_service_status("", ServingStatus::NotServing)
-                    .await;
-                reporter
-                    .set_service_status("ivy.v1.Ivy", ServingStatus::NotServing)
-                    .await;
-            },
+            shutdown,
         )
-        .await;
-    result.map_err(|e| format!("gRPC server error: {e}"))
+        .await
+        .map_err(|e| format!("gRPC server error: {e}"))
 }
 
 pub struct IvyService {

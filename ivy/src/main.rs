@@ -9,6 +9,7 @@ mod config;
 mod discovery;
 mod error;
 mod grpc;
+mod grpc_health;
 mod health;
 mod http;
 mod limits;
