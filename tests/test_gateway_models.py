@@ -15,7 +15,7 @@ from tests.conftest import corpus_lines
 from tests.servers import Ivy, start_tulips
 from tulip.client import load_stubs
 
-models = pytest.importorskip("tests.models", reason="needs the tiny model builders (tests/models.py)")
+from tests import models
 pytestmark = pytest.mark.slow
 
 TEXTS = corpus_lines("calibration_miracl.txt")[:10:2] + ["short query", "another one"]
