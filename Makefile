@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: install native ivy run test test-rust test-python bench lint clean
+.PHONY: install native ivy run test test-rust test-python bench infinity lint clean
 
 ## install: virtualenv with torch and test tools, the Tulip extension, Ivy
 install: $(VENV)/.deps native ivy
@@ -42,5 +42,33 @@ test-rust:
 test-python:
 	$(PY) -m pytest -q tests
 
+## bench: the CPU benchmark suite with its in-run baselines (bench/README.md);
+## writes bench/results/<date>-<machine>/. Infinity is optional: without it
+## its rows say why.
+bench: install $(VENV)/.bench-deps
+	-$(MAKE) infinity
+	$(PY) -m bench cpu
+
+$(VENV)/.bench-deps: pyproject.toml $(VENV)/.deps
+	$(PIP) install -q -e '.[bench]'
+	touch $@
+
+# Infinity pins transformers<5, sentence-transformers<4 and numpy<2, so it
+# gets its own virtualenv; it reuses our torch (several GB) through a .pth
+# file, and its own pins shadow ours there.
+INFINITY_VENV ?= .venv-infinity
+INFINITY_VERSION ?= 0.0.78
+
+## infinity: Infinity (the baseline server) in $(INFINITY_VENV)
+infinity: $(INFINITY_VENV)/.deps
+
+$(INFINITY_VENV)/.deps: $(VENV)/.deps
+	test -x $(INFINITY_VENV)/bin/python || $(PY) -m venv $(INFINITY_VENV)
+	site=$$($(INFINITY_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	$(PY) -c 'import os, sys; print("\n".join(os.path.abspath(p) for p in sys.path if p.endswith("-packages")))' \
+		> "$$site/_base_venv.pth"
+	$(INFINITY_VENV)/bin/pip install -q 'infinity-emb[server,torch]==$(INFINITY_VERSION)'
+	touch $@
+
 clean:
-	rm -rf target build $(VENV)
+	rm -rf target build $(VENV) $(INFINITY_VENV)

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let protos = ["tulip/v1/tulip.proto"].map(|p| root.join(p));
+    let protos = ["tulip/v1/tulip.proto", "ivy/v1/ivy.proto"].map(|p| root.join(p));
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());
     }

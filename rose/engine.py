@@ -145,7 +145,7 @@ class Engine:
             )
         if batch.num_sequences < 1:
             raise InvalidBatchError("a batch needs at least one sequence")
-        cu = batch.field("cu").numpy()
+        cu = batch.numpy_field("cu")
         lengths = cu[1:] - cu[:-1]
         if cu[0] != 0 or cu[-1] != batch.num_tokens or lengths.min() < 1:
             raise InvalidBatchError("every sequence needs at least one token, and cu_seqlens must cover the batch")
@@ -154,7 +154,7 @@ class Engine:
                 f"a sequence of {lengths.max()} tokens exceeds the maximum of {self.info.max_input_length}"
             )
         # As unsigned, a negative id is huge: one reduction checks both ends.
-        if batch.token_ids.numpy().view(np.uint32).max() >= self.info.vocab_size:
+        if batch.numpy_field("ids").view(np.uint32).max() >= self.info.vocab_size:
             raise InvalidBatchError(f"token ids must be in [0, {self.info.vocab_size})")
 
     def embed(self, sequences: list[list[int]], kind: OutputKind | str = OutputKind.DENSE, **options) -> torch.Tensor:

@@ -11,6 +11,7 @@ import enum
 import functools
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -68,9 +69,16 @@ class Layout:
             o += n
         return out
 
+    @functools.cached_property
+    def _split(self) -> tuple[int, ...]:
+        return (*(n for _, n in self.offsets.values()), -1)
+
     def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
         """Tensor views of each field of an int32 arena (``inv_len`` as float32)."""
-        out = {name: arena[o:o + n] for name, (o, n) in self.offsets.items()}
+        # One split call is several times cheaper than seven slicings.
+        parts = torch.split(arena, self._split[:-1]) if arena.numel() == self.size else \
+            torch.split(arena[: self.size], self._split[:-1])
+        out = dict(zip(self.offsets, parts))
         out["inv_len"] = out["inv_len"].view(torch.float32)
         return out
 
@@ -99,7 +107,7 @@ class Batch:
     engine (``resolved`` is False).
     """
 
-    __slots__ = ("arena", "layout", "kind", "resolved")
+    __slots__ = ("arena", "layout", "kind", "resolved", "_np")
 
     def __init__(self, arena: torch.Tensor, layout: Layout, kind: OutputKind | str = OutputKind.DENSE,
                  resolved: bool = False):
@@ -109,6 +117,14 @@ class Batch:
         self.layout = layout
         self.kind = OutputKind(kind)
         self.resolved = resolved
+        self._np = None
+
+    def numpy_field(self, name: str) -> np.ndarray:
+        """A NumPy view of one field (host-side checks are cheaper in NumPy)."""
+        if self._np is None:
+            self._np = self.arena.numpy()
+        o, n = self.layout.offsets[name]
+        return self._np[o:o + n]
 
     @property
     def num_sequences(self) -> int:
@@ -133,7 +149,7 @@ class Batch:
 
     @property
     def lengths(self) -> list[int]:
-        cu = self.field("cu").numpy()
+        cu = self.numpy_field("cu")
         return (cu[1:] - cu[:-1]).tolist()
 
     @classmethod

@@ -23,10 +23,10 @@ def resolve_defaults(batch: Batch, dimension: int, normalize_default: bool) -> N
     if batch.resolved:
         return
     batch.resolved = True
-    dims = batch.field("dims").numpy()
+    dims = batch.numpy_field("dims")
     if (dims <= 0).any():
         dims[dims <= 0] = dimension
-    norm = batch.field("norm").numpy()
+    norm = batch.numpy_field("norm")
     if (norm < 0).any():
         norm[norm < 0] = int(normalize_default)
 

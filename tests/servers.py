@@ -25,6 +25,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(predicate, what: str, timeout: float = 60.0, every: float = 0.1):
+    """Polls ``predicate`` until it returns something true (returned) or
+    fails after ``timeout`` seconds, naming ``what`` it waited for."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
 def default_model_dir() -> str:
     from tulip.launcher import default_model_dir as find
 
@@ -128,8 +140,28 @@ class Tulip(Process):
             return False
 
 
+def start_tulips(n: int, model_dir: str | None = None, *, log_dir: Path, **flags) -> list[Tulip]:
+    """``n`` Tulip replicas started in parallel (each takes seconds to load)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(Tulip, model_dir, log_dir=log_dir, **flags) for _ in range(n)]
+        started, errors = [], []
+        for f in futures:
+            try:
+                started.append(f.result())
+            except Exception as e:  # stop the others before failing
+                errors.append(e)
+    if errors:
+        for t in started:
+            t.stop()
+        raise errors[0]
+    return started
+
+
 class Ivy(Process):
-    """The ``ivy`` binary on a free port, in front of ``tulip_urls``."""
+    """The ``ivy`` binary on free HTTP and gRPC ports, in front of ``tulip_urls`` (or of
+    ``tulip_dns=...`` given as a flag)."""
 
     def __init__(self, tulip_urls: list[str], tokenizer: str | None = None, *, port: int | None = None,
                  log_dir: Path, env: dict[str, str] | None = None, wait_ready: bool = True,
@@ -137,8 +169,11 @@ class Ivy(Process):
         if not IVY_BIN.is_file():
             raise RuntimeError(f"{IVY_BIN} is missing: run `make ivy` (cargo build --release -p ivy)")
         self.port = port or free_port()
-        cmd = [str(IVY_BIN), "--tulip", ",".join(tulip_urls), "--tokenizer", tokenizer or default_model_dir(),
-               "--host", "127.0.0.1", "--port", str(self.port), "--health-interval", "0.2"]
+        self.grpc_port = free_port()
+        cmd = [str(IVY_BIN), "--tokenizer", tokenizer or default_model_dir(), "--host", "127.0.0.1",
+               "--port", str(self.port), "--grpc-port", str(self.grpc_port), "--health-interval", "0.2"]
+        if tulip_urls:
+            cmd += ["--tulip", ",".join(tulip_urls)]
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         super().__init__(f"ivy-{self.port}", cmd, env, log_dir)
@@ -151,6 +186,10 @@ class Ivy(Process):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 60.0) -> tuple[int, dict, bytes]:
         """(status, headers, body) of one HTTP request; never raises on 4xx/5xx."""
@@ -162,6 +201,18 @@ class Ivy(Process):
             return e.code, dict(e.headers), e.read()
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             return 0, {}, b""
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus series of ``/metrics`` keyed by ``name{labels}`` as printed."""
+        status, body = self.get("/metrics")
+        if status != 200:
+            raise RuntimeError(f"/metrics answered {status}")
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
 
     def get(self, path: str) -> tuple[int, bytes]:
         status, _, body = self.request("GET", path, timeout=2.0)

@@ -57,7 +57,9 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--device", default="auto", help="cpu, cuda, cuda:N, or auto")
     p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
     p.flag("--attention", default="auto", help="attention backend (sdpa, ...) or auto")
-    p.flag("--max-batch-tokens", type=int, default=16384, help="most tokens in one engine step")
+    p.flag("--max-batch-tokens", type=int, default=0,
+           help="most tokens in one engine step (0 = 16384 on a GPU, 4096 on the CPU, where large "
+                "batches only thrash the caches)")
     p.flag("--max-batch-sequences", type=int, default=64, help="most sequences in one engine step")
     p.flag("--max-request-sequences", type=int, default=2048, help="most sequences in one request")
     p.flag("--max-inflight", type=int, default=2, help="engine steps running at once (overlap depth)")
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             metrics_port=args.metrics_port,
-            max_batch_tokens=args.max_batch_tokens,
+            max_batch_tokens=args.max_batch_tokens or (16384 if engine.device.type == "cuda" else 4096),
             max_batch_sequences=args.max_batch_sequences,
             max_request_sequences=args.max_request_sequences,
             max_inflight=args.max_inflight,

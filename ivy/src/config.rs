@@ -1,23 +1,52 @@
 //! Ivy's configuration: every flag is also an environment variable.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 
-/// Ivy: the HTTP gateway in front of Tulip inference replicas.
+/// Ivy: the HTTP and gRPC gateway in front of Tulip inference replicas.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "ivy", version, about)]
 pub struct Config {
-    /// Tulip replicas, comma-separated gRPC URLs (e.g. http://127.0.0.1:7070).
-    #[arg(long, env = "IVY_TULIP", value_delimiter = ',', required = true)]
+    /// Tulip replicas, comma-separated gRPC URLs (e.g. http://10.0.0.5:7070).
+    /// Exactly one of --tulip and --tulip-dns.
+    #[arg(
+        long,
+        env = "IVY_TULIP",
+        value_delimiter = ',',
+        required_unless_present = "tulip_dns",
+        conflicts_with = "tulip_dns"
+    )]
     pub tulip: Vec<String>,
+
+    /// Discover Tulip replicas from DNS: `name:port` of a Kubernetes headless
+    /// Service; every address it resolves to is a replica.
+    #[arg(long, env = "IVY_TULIP_DNS")]
+    pub tulip_dns: Option<String>,
+
+    /// Seconds between DNS resolutions of --tulip-dns.
+    #[arg(long, env = "IVY_DNS_INTERVAL", default_value = "5", value_parser = parse_seconds)]
+    pub dns_interval: Duration,
 
     /// The model's tokenizer: a tokenizer.json file or a model directory.
     #[arg(long, env = "IVY_TOKENIZER")]
     pub tokenizer: PathBuf,
 
-    /// Address to listen on.
+    /// Templates file (TOML: `default_prompt_name`, `[prompts]`). Reloaded on
+    /// SIGHUP and when the file changes; a bad file is refused and the
+    /// running templates stay.
+    #[arg(long, env = "IVY_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Require `Authorization: Bearer <key>` on every route except /health,
+    /// /ready and /metrics (and on gRPC calls except health checks).
+    #[arg(long, env = "IVY_API_KEY", hide_env_values = true)]
+    pub api_key: Option<Secret>,
+
+    /// Address to listen on (HTTP and gRPC).
     #[arg(long, env = "IVY_HOST", default_value = "0.0.0.0")]
     pub host: String,
 
@@ -25,11 +54,15 @@ pub struct Config {
     #[arg(long, env = "IVY_PORT", default_value_t = 8080)]
     pub port: u16,
 
+    /// gRPC port (ivy.v1 and grpc.health.v1).
+    #[arg(long, env = "IVY_GRPC_PORT", default_value_t = 8081)]
+    pub grpc_port: u16,
+
     /// Largest accepted request body, in bytes (413 beyond).
     #[arg(long, env = "IVY_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
 
-    /// Most inputs in one request (422 beyond).
+    /// Most inputs in one request.
     #[arg(long, env = "IVY_MAX_INPUTS", default_value_t = 2048)]
     pub max_inputs: usize,
 
@@ -37,6 +70,45 @@ pub struct Config {
     /// model's maximum as reported by Tulip).
     #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0)]
     pub max_input_length: usize,
+
+    /// Most tokens in one request, all inputs together, after templates and
+    /// truncation.
+    #[arg(long, env = "IVY_MAX_TOKENS_PER_REQUEST", default_value_t = 1 << 20)]
+    pub max_tokens_per_request: usize,
+
+    /// Requests processed at once; more are refused at once with 429.
+    #[arg(long, env = "IVY_MAX_CONCURRENT_REQUESTS", default_value_t = 512)]
+    pub max_concurrent_requests: usize,
+
+    /// Seconds a request may take, retries included (504 beyond).
+    #[arg(long, env = "IVY_REQUEST_TIMEOUT", default_value = "60", value_parser = parse_seconds)]
+    pub request_timeout: Duration,
+
+    /// Token budget of one chunk: requests are cut into chunks of at most
+    /// this many tokens (a sequence is never split) that run on different
+    /// replicas. 0 sends each request whole.
+    #[arg(long, env = "IVY_CHUNK_TOKENS", default_value_t = 2048)]
+    pub chunk_tokens: usize,
+
+    /// Most chunks of one request in flight per healthy replica (0 = all at
+    /// once). A bound keeps a large request from filling the replicas'
+    /// queues, so short requests arriving after it wait behind a few chunks
+    /// rather than the whole request; two per replica keep each one busy.
+    #[arg(long, env = "IVY_CHUNKS_PER_REPLICA", default_value_t = 2)]
+    pub chunks_per_replica: usize,
+
+    /// Attempts per chunk: a chunk whose replica fails is retried on another
+    /// one, up to this many attempts in all, within the request's timeout.
+    #[arg(long, env = "IVY_MAX_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+
+    /// How chunks are spread over replicas.
+    #[arg(long, env = "IVY_BALANCE", value_enum, default_value_t = Balance::LeastLoaded)]
+    pub balance: Balance,
+
+    /// Seconds to finish in-flight requests after SIGTERM before exiting.
+    #[arg(long, env = "IVY_DRAIN_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
+    pub drain_timeout: Duration,
 
     /// Seconds between health checks of each replica.
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]
@@ -47,6 +119,43 @@ pub struct Config {
     pub log: String,
 }
 
+/// Load-balancing policies (see `balancer.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Balance {
+    /// Each chunk goes to the healthy replica with the fewest tokens in flight.
+    LeastLoaded,
+    /// Chunks go to healthy replicas in turn, ignoring their load (a
+    /// baseline for benchmarks).
+    RoundRobin,
+}
+
+/// A secret flag value: never printed, not even by `Debug`.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl FromStr for Secret {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("the API key must not be empty".into());
+        }
+        Ok(Self(s.to_string()))
+    }
+}
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
         .parse()
@@ -55,4 +164,45 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` must be a positive number of seconds"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from([&["ivy", "--tokenizer", "t"], args].concat())
+    }
+
+    #[test]
+    fn exactly_one_replica_source() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["--tulip", "http://a:1", "--tulip-dns", "tulip:7070"]).is_err());
+        assert_eq!(
+            parse(&["--tulip", "http://a:1,http://b:2"])
+                .unwrap()
+                .tulip
+                .len(),
+            2
+        );
+        assert!(parse(&["--tulip-dns", "tulip:7070"])
+            .unwrap()
+            .tulip
+            .is_empty());
+    }
+
+    #[test]
+    fn secret_is_redacted() {
+        let c = parse(&["--tulip", "http://a:1", "--api-key", "hunter2"]).unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert_eq!(c.api_key.unwrap().expose(), "hunter2");
+    }
+
+    #[test]
+    fn seconds_must_be_positive() {
+        assert!(parse(&["--tulip", "http://a:1", "--request-timeout", "0"]).is_err());
+        assert!(parse(&["--tulip", "http://a:1", "--request-timeout", "x"]).is_err());
+        let c = parse(&["--tulip", "http://a:1", "--drain-timeout", "1.5"]).unwrap();
+        assert_eq!(c.drain_timeout, Duration::from_millis(1500));
+    }
 }

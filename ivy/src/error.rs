@@ -1,12 +1,8 @@
-//! Ivy's errors and their one mapping to HTTP status codes.
-//!
-//! Handlers return `ApiError`; how it is rendered (OpenAI's shape on
-//! `/v1/*`) is decided at the edge, but the status code is decided here.
+//! Ivy's one error type and, in one place, its mapping for each API family:
+//! OpenAI (`/v1/*`), text-embeddings-inference (the TEI routes) and gRPC
+//! (`ivy.v1`). Stages return `ApiError`; each front renders it.
 
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -16,22 +12,44 @@ pub enum ApiError {
     /// The request names a content type Ivy does not read.
     #[error("{0}")]
     UnsupportedMediaType(String),
-    /// Valid JSON that breaks a rule (missing field, wrong type, too many
-    /// inputs, too long without truncation, out-of-range option).
+    /// Valid JSON of the wrong shape: a missing field, a wrong type, an
+    /// unknown option value.
+    #[error("{message}")]
+    Schema {
+        message: String,
+        param: Option<&'static str>,
+    },
+    /// A well-formed request that breaks a rule or a limit: too many inputs
+    /// or tokens, an input too long without truncation, an unknown prompt.
     #[error("{message}")]
     Validation {
         message: String,
         param: Option<&'static str>,
     },
+    /// Nothing to process.
+    #[error("{0}")]
+    Empty(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
-    /// No Tulip replica is healthy.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Over the concurrency limit: refused at once, not queued.
+    #[error("{0}")]
+    Overloaded(String),
+    /// No healthy replica, or Ivy is shutting down.
     #[error("{0}")]
     Unavailable(String),
-    /// A replica answered with an error that is the caller's fault.
+    /// The served model cannot produce what was asked (e.g. sparse vectors
+    /// from a model without a sparse head).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The request's deadline passed.
+    #[error("{0}")]
+    Timeout(String),
+    /// A replica refused the request as invalid.
     #[error("{0}")]
     UpstreamInvalid(String),
-    /// A replica failed.
+    /// A replica failed and no attempt was left.
     #[error("{0}")]
     Upstream(String),
     #[error("{0}")]
@@ -46,63 +64,189 @@ impl ApiError {
         }
     }
 
-    pub fn status(&self) -> StatusCode {
+    pub fn schema(param: &'static str, message: impl Into<String>) -> Self {
+        Self::Schema {
+            message: message.into(),
+            param: Some(param),
+        }
+    }
+
+    /// The request field at fault, when there is one.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            Self::Schema { param, .. } | Self::Validation { param, .. } => *param,
+            _ => None,
+        }
+    }
+
+    /// A short, bounded label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Malformed(_) => "malformed",
+            Self::UnsupportedMediaType(_) => "media_type",
+            Self::Schema { .. } => "schema",
+            Self::Validation { .. } => "validation",
+            Self::Empty(_) => "empty",
+            Self::PayloadTooLarge { .. } => "too_large",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::Overloaded(_) => "overloaded",
+            Self::Unavailable(_) => "unavailable",
+            Self::Unsupported(_) => "unsupported",
+            Self::Timeout(_) => "timeout",
+            Self::UpstreamInvalid(_) => "upstream_invalid",
+            Self::Upstream(_) => "upstream",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// OpenAI's family: 400 malformed, 401, 413, 415, 422 for every other
+    /// request problem, 429, 503, 504, 502 for replica failures, 500.
+    pub fn openai_status(&self) -> StatusCode {
         match self {
             Self::Malformed(_) => StatusCode::BAD_REQUEST,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::Validation { .. } | Self::UpstreamInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Schema { .. }
+            | Self::Validation { .. }
+            | Self::Empty(_)
+            | Self::Unsupported(_)
+            | Self::UpstreamInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// A short, bounded label (for OpenAI's `type` field and for metrics).
-    pub fn kind(&self) -> &'static str {
+    /// OpenAI's `error.type`.
+    pub fn openai_type(&self) -> &'static str {
+        match self.openai_status() {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            StatusCode::SERVICE_UNAVAILABLE => "service_unavailable",
+            s if s.is_client_error() => "invalid_request_error",
+            _ => "server_error",
+        }
+    }
+
+    /// text-embeddings-inference's family, status and `error_type` as TEI
+    /// sends them: a broken rule is 413 "Validation", an empty batch 400
+    /// "Empty", a model that cannot do it 424 "Backend", 429 "Overloaded",
+    /// 503 "Unhealthy"; JSON of the wrong shape is 422 as in TEI's extractor.
+    pub fn tei_status(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Malformed(_) => (StatusCode::BAD_REQUEST, "Validation"),
+            Self::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Validation"),
+            Self::Schema { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Validation"),
+            Self::Validation { .. } | Self::UpstreamInvalid(_) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "Validation")
+            }
+            Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
+            Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
+            Self::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "Overloaded"),
+            Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unhealthy"),
+            Self::Unsupported(_) | Self::Upstream(_) => (StatusCode::FAILED_DEPENDENCY, "Backend"),
+            Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Backend"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Backend"),
+        }
+    }
+
+    /// The gRPC family (`ivy.v1`).
+    pub fn grpc_code(&self) -> tonic::Code {
+        use tonic::Code;
         match self {
             Self::Malformed(_)
             | Self::UnsupportedMediaType(_)
+            | Self::Schema { .. }
             | Self::Validation { .. }
-            | Self::UpstreamInvalid(_)
-            | Self::PayloadTooLarge { .. } => "invalid_request_error",
-            Self::Unavailable(_) => "service_unavailable",
-            Self::Upstream(_) | Self::Internal(_) => "server_error",
+            | Self::Empty(_)
+            | Self::UpstreamInvalid(_) => Code::InvalidArgument,
+            Self::PayloadTooLarge { .. } | Self::Overloaded(_) => Code::ResourceExhausted,
+            Self::Unauthorized(_) => Code::Unauthenticated,
+            Self::Unavailable(_) => Code::Unavailable,
+            Self::Unsupported(_) => Code::FailedPrecondition,
+            Self::Timeout(_) => Code::DeadlineExceeded,
+            Self::Upstream(_) | Self::Internal(_) => Code::Internal,
         }
     }
 
-    fn param(&self) -> Option<&'static str> {
-        match self {
-            Self::Validation { param, .. } => *param,
-            _ => None,
-        }
-    }
-}
-
-/// Renders an error in OpenAI's shape: `{"error": {message, type, param, code}}`.
-pub struct OpenAiError(pub ApiError);
-
-impl From<ApiError> for OpenAiError {
-    fn from(e: ApiError) -> Self {
-        Self(e)
+    /// Whether the failure is Ivy's or a replica's rather than the caller's
+    /// (logged as a warning, and its message carries the request id).
+    pub fn is_server_side(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable(_) | Self::Timeout(_) | Self::Upstream(_) | Self::Internal(_)
+        )
     }
 }
 
-impl IntoResponse for OpenAiError {
-    fn into_response(self) -> Response {
-        let e = self.0;
-        let status = e.status();
-        if status.is_server_error() {
-            tracing::warn!(status = status.as_u16(), error = %e, "request failed");
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<ApiError> {
+        vec![
+            ApiError::Malformed("m".into()),
+            ApiError::UnsupportedMediaType("m".into()),
+            ApiError::schema("input", "m"),
+            ApiError::validation("input", "m"),
+            ApiError::Empty("m".into()),
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::Unauthorized("m".into()),
+            ApiError::Overloaded("m".into()),
+            ApiError::Unavailable("m".into()),
+            ApiError::Unsupported("m".into()),
+            ApiError::Timeout("m".into()),
+            ApiError::UpstreamInvalid("m".into()),
+            ApiError::Upstream("m".into()),
+            ApiError::Internal("m".into()),
+        ]
+    }
+
+    #[test]
+    fn kinds_are_distinct_labels() {
+        let mut kinds: Vec<_> = all().iter().map(|e| e.kind()).collect();
+        kinds.sort();
+        kinds.dedup();
+        assert_eq!(kinds.len(), all().len());
+    }
+
+    #[test]
+    fn server_side_errors_are_5xx_in_every_family() {
+        for e in all() {
+            assert_eq!(
+                e.is_server_side(),
+                e.openai_status().is_server_error(),
+                "{e:?}"
+            );
+            let server_grpc = matches!(
+                e.grpc_code(),
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Internal
+            );
+            assert_eq!(e.is_server_side(), server_grpc, "{e:?}");
         }
-        let body = json!({
-            "error": {
-                "message": e.to_string(),
-                "type": e.kind(),
-                "param": e.param(),
-                "code": status.as_u16(),
-            }
-        });
-        (status, Json(body)).into_response()
+    }
+
+    #[test]
+    fn tei_codes_follow_tei() {
+        assert_eq!(
+            ApiError::validation("inputs", "x").tei_status().0.as_u16(),
+            413
+        );
+        assert_eq!(
+            ApiError::Empty("x".into()).tei_status(),
+            (StatusCode::BAD_REQUEST, "Empty")
+        );
+        assert_eq!(
+            ApiError::Unsupported("x".into()).tei_status().0.as_u16(),
+            424
+        );
+        assert_eq!(
+            ApiError::Overloaded("x".into()).tei_status().1,
+            "Overloaded"
+        );
     }
 }

@@ -1,15 +1,13 @@
-//! Tulip replicas: health, model info, and least-loaded selection.
-//!
-//! Load is the number of tokens a replica has in flight from this Ivy, which
-//! tracks its queue far better than a request count when payloads range from
-//! one query to thousands of documents.
+//! Tulip replicas: one gRPC channel each, their health, their load (tokens in
+//! flight from this Ivy) and the set Ivy routes to now.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use proto::tulip::v1::tulip_client::TulipClient;
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
+use tokio::sync::{watch, Notify};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -17,24 +15,101 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::error::ApiError;
 
-/// Largest response Ivy accepts from a replica (a big multi-vector batch).
+/// Largest response Ivy accepts from a replica (a big multi-vector chunk).
 const MAX_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 pings on idle connections notice a vanished peer (no RST, e.g. a
+/// node that went away) without waiting for the OS.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+
+/// What Ivy knows about a replica's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Health {
+    /// Not checked yet.
+    Unknown = 0,
+    /// Answers SERVING: takes new work.
+    Serving = 1,
+    /// Answers NOT_SERVING (draining): no new work, in-flight work finishes.
+    Draining = 2,
+    /// Failed a call or its health checks.
+    Down = 3,
+    /// Serves another model than the other replicas.
+    Mismatch = 4,
+}
+
+impl Health {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Serving,
+            2 => Self::Draining,
+            3 => Self::Down,
+            4 => Self::Mismatch,
+            _ => Self::Unknown,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Serving => "serving",
+            Self::Draining => "draining",
+            Self::Down => "down",
+            Self::Mismatch => "model_mismatch",
+        }
+    }
+}
+
+/// The result of one attempt on one replica.
+#[derive(Debug)]
+pub enum AttemptError {
+    /// The replica failed; another replica may succeed.
+    Retry(ApiError),
+    /// The request itself is at fault (or cannot succeed anywhere).
+    Fatal(ApiError),
+}
+
+/// Cumulative counters, for metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct Stats {
+    pub tokens: u64,
+    pub chunks: u64,
+    pub failures: u64,
+}
 
 pub struct Replica {
     pub url: String,
     client: TulipClient<Channel>,
-    health: HealthClient<Channel>,
+    health_client: HealthClient<Channel>,
+    health: AtomicU8,
+    failed_checks: AtomicU32,
     inflight_tokens: AtomicU64,
-    healthy: AtomicBool,
+    tokens_done: AtomicU64,
+    chunks_done: AtomicU64,
+    failures: AtomicU64,
+    /// Bumped when the replica stops answering health checks: attempts in
+    /// flight on it give up and retry elsewhere instead of hanging.
+    lost: watch::Sender<u64>,
+    info: RwLock<Option<Arc<InfoResponse>>>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("url", &self.url)
+            .field("health", &self.health())
+            .finish()
+    }
 }
 
 impl Replica {
-    fn new(url: &str) -> Result<Self, String> {
+    /// A replica at `url`; connects lazily (needs a tokio runtime).
+    pub fn new(url: &str) -> Result<Self, String> {
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| format!("invalid Tulip URL `{url}`: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE)
+            .keep_alive_while_idle(true)
             .tcp_nodelay(true);
         let channel = endpoint.connect_lazy();
         Ok(Self {
@@ -42,41 +117,160 @@ impl Replica {
             client: TulipClient::new(channel.clone())
                 .max_decoding_message_size(MAX_RESPONSE_BYTES)
                 .max_encoding_message_size(MAX_RESPONSE_BYTES),
-            health: HealthClient::new(channel),
+            health_client: HealthClient::new(channel),
+            health: AtomicU8::new(Health::Unknown as u8),
+            failed_checks: AtomicU32::new(0),
             inflight_tokens: AtomicU64::new(0),
-            healthy: AtomicBool::new(false),
+            tokens_done: AtomicU64::new(0),
+            chunks_done: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            lost: watch::Sender::new(0),
+            info: RwLock::new(None),
         })
     }
 
-    pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+    pub fn health(&self) -> Health {
+        Health::from_u8(self.health.load(Ordering::Relaxed))
+    }
+
+    /// Whether new work may go here.
+    pub fn is_routable(&self) -> bool {
+        self.health() == Health::Serving
     }
 
     pub fn inflight_tokens(&self) -> u64 {
         self.inflight_tokens.load(Ordering::Relaxed)
     }
 
-    fn set_healthy(&self, healthy: bool) {
-        let was = self.healthy.swap(healthy, Ordering::Relaxed);
-        if was != healthy {
-            tracing::info!(replica = %self.url, healthy, "replica health changed");
+    pub fn stats(&self) -> Stats {
+        Stats {
+            tokens: self.tokens_done.load(Ordering::Relaxed),
+            chunks: self.chunks_done.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
         }
     }
 
-    async fn check(&self) -> bool {
+    pub fn info(&self) -> Option<Arc<InfoResponse>> {
+        self.info.read().expect("replica lock poisoned").clone()
+    }
+
+    /// Records a new health state; `abort_inflight` also makes attempts in
+    /// flight here give up (the replica stopped answering at all).
+    pub fn set_health(&self, health: Health, why: &str, abort_inflight: bool) {
+        let was = Health::from_u8(self.health.swap(health as u8, Ordering::Relaxed));
+        if was != health {
+            if health == Health::Serving || was == Health::Unknown && health == Health::Draining {
+                tracing::info!(replica = %self.url, from = was.label(), to = health.label(), "replica health changed");
+            } else {
+                tracing::warn!(replica = %self.url, from = was.label(), to = health.label(), reason = why, "replica health changed");
+            }
+        }
+        match health {
+            Health::Serving => self.failed_checks.store(0, Ordering::Relaxed),
+            // A replica that comes back may be a new process with a new model.
+            Health::Down => *self.info.write().expect("replica lock poisoned") = None,
+            _ => {}
+        }
+        if abort_inflight {
+            self.lost.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Counts a failed health check; returns how many failed in a row.
+    pub fn failed_check(&self) -> u32 {
+        self.failed_checks.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// One `grpc.health.v1` check: Ok(true) SERVING, Ok(false) NOT_SERVING.
+    pub async fn probe(&self, timeout: Duration) -> Result<bool, String> {
+        let mut client = self.health_client.clone();
         let request = HealthCheckRequest {
             service: String::new(),
         };
-        let mut health = self.health.clone();
-        match tokio::time::timeout(HEALTH_TIMEOUT, health.check(request)).await {
-            Ok(Ok(resp)) => resp.into_inner().status == ServingStatus::Serving as i32,
-            _ => false,
+        match tokio::time::timeout(timeout, client.check(request)).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner().status == ServingStatus::Serving as i32),
+            Ok(Err(status)) => Err(format!("health check failed: {}", status.message())),
+            Err(_) => Err(format!("no health check answer within {timeout:?}")),
+        }
+    }
+
+    /// Asks the replica what it serves and remembers the answer.
+    pub async fn fetch_info(&self, timeout: Duration) -> Result<Arc<InfoResponse>, String> {
+        let mut client = self.client.clone();
+        let info = match tokio::time::timeout(timeout, client.info(InfoRequest {})).await {
+            Ok(Ok(r)) => Arc::new(r.into_inner()),
+            Ok(Err(status)) => return Err(format!("Info failed: {}", status.message())),
+            Err(_) => return Err(format!("no Info answer within {timeout:?}")),
+        };
+        *self.info.write().expect("replica lock poisoned") = Some(Arc::clone(&info));
+        Ok(info)
+    }
+
+    /// Runs one chunk here. Its tokens count as this replica's load until
+    /// the call ends, however it ends (a cancelled request included).
+    pub async fn embed(&self, request: EmbedRequest) -> Result<EmbedResponse, AttemptError> {
+        let tokens = request.token_ids.len() as u64;
+        self.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
+        let _load = InflightGuard {
+            replica: self,
+            tokens,
+        };
+        let mut lost = self.lost.subscribe();
+        let mut client = self.client.clone();
+        let outcome = tokio::select! {
+            r = client.embed(request) => r.map(|r| r.into_inner()).map_err(|s| self.classify(s)),
+            _ = lost.changed() => Err(AttemptError::Retry(ApiError::Unavailable(format!(
+                "Tulip replica {} stopped answering health checks", self.url
+            )))),
+        };
+        match &outcome {
+            Ok(_) => {
+                self.tokens_done.fetch_add(tokens, Ordering::Relaxed);
+                self.chunks_done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(AttemptError::Retry(_)) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(AttemptError::Fatal(_)) => {}
+        }
+        outcome
+    }
+
+    #[cfg(test)]
+    pub fn add_load(&self, tokens: u64) {
+        self.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
+    }
+
+    fn classify(&self, status: tonic::Status) -> AttemptError {
+        use tonic::Code;
+        let msg = status.message();
+        match status.code() {
+            Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
+                AttemptError::Fatal(ApiError::UpstreamInvalid(msg.to_string()))
+            }
+            // Connection lost, refused, reset, or the replica is draining:
+            // no new work until a health check says SERVING again.
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => {
+                self.set_health(Health::Down, msg, false);
+                AttemptError::Retry(ApiError::Unavailable(format!(
+                    "Tulip replica {} is unavailable: {msg}",
+                    self.url
+                )))
+            }
+            Code::Internal | Code::ResourceExhausted | Code::DeadlineExceeded => {
+                AttemptError::Retry(ApiError::Upstream(format!(
+                    "Tulip replica {} failed: {msg}",
+                    self.url
+                )))
+            }
+            _ => AttemptError::Fatal(ApiError::Upstream(format!(
+                "Tulip replica {} failed: {msg}",
+                self.url
+            ))),
         }
     }
 }
 
-/// Subtracts a request's tokens from its replica's load when dropped, so a
-/// cancelled request (client gone) does not leave phantom load behind.
 struct InflightGuard<'a> {
     replica: &'a Replica,
     tokens: u64,
@@ -90,34 +284,18 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-pub struct Replicas {
-    list: Vec<Arc<Replica>>,
+/// The replicas Ivy knows now (static or discovered) and the model they serve.
+#[derive(Default)]
+pub struct ReplicaSet {
+    list: RwLock<Arc<Vec<Arc<Replica>>>>,
     model: RwLock<Option<Arc<InfoResponse>>>,
+    /// Woken when replicas are added, so they are checked at once.
+    pub added: Notify,
 }
 
-impl Replicas {
-    pub fn new(urls: &[String]) -> Result<Self, String> {
-        let list = urls
-            .iter()
-            .map(|u| u.trim())
-            .filter(|u| !u.is_empty())
-            .map(|u| Replica::new(u).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
-        if list.is_empty() {
-            return Err("no Tulip replica given (--tulip)".into());
-        }
-        Ok(Self {
-            list,
-            model: RwLock::new(None),
-        })
-    }
-
-    pub fn all(&self) -> &[Arc<Replica>] {
-        &self.list
-    }
-
-    pub fn any_healthy(&self) -> bool {
-        self.list.iter().any(|r| r.is_healthy())
+impl ReplicaSet {
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Replica>>> {
+        Arc::clone(&self.list.read().expect("replica set lock poisoned"))
     }
 
     /// What the replicas serve, once one of them has answered `Info`.
@@ -125,89 +303,111 @@ impl Replicas {
         self.model.read().expect("model lock poisoned").clone()
     }
 
-    /// The healthy replica with the fewest tokens in flight.
-    fn pick(&self) -> Option<&Arc<Replica>> {
-        self.list
+    pub fn routable_count(&self) -> usize {
+        self.snapshot().iter().filter(|r| r.is_routable()).count()
+    }
+
+    /// Replaces the membership with `urls`, keeping the replicas (and their
+    /// connections and load) that stay.
+    pub fn set_targets(&self, urls: &[String]) -> Result<(), String> {
+        let current = self.snapshot();
+        let mut next = Vec::with_capacity(urls.len());
+        let mut added = Vec::new();
+        for url in urls {
+            match current.iter().find(|r| &r.url == url) {
+                Some(r) => next.push(Arc::clone(r)),
+                None => {
+                    next.push(Arc::new(Replica::new(url)?));
+                    added.push(url.as_str());
+                }
+            }
+        }
+        let removed: Vec<&str> = current
             .iter()
-            .filter(|r| r.is_healthy())
-            .min_by_key(|r| r.inflight_tokens())
-    }
-
-    /// Sends one request to the least-loaded healthy replica.
-    pub async fn embed(&self, request: EmbedRequest) -> Result<EmbedResponse, ApiError> {
-        let replica = self.pick().ok_or_else(no_replica)?;
-        let tokens = request.token_ids.len() as u64;
-        replica.inflight_tokens.fetch_add(tokens, Ordering::Relaxed);
-        let _guard = InflightGuard { replica, tokens };
-        let mut client = replica.client.clone();
-        match client.embed(request).await {
-            Ok(resp) => Ok(resp.into_inner()),
-            Err(status) => Err(self.map_status(replica, status)),
+            .filter(|r| !urls.contains(&r.url))
+            .map(|r| r.url.as_str())
+            .collect();
+        if added.is_empty() && removed.is_empty() {
+            return Ok(());
         }
-    }
-
-    fn map_status(&self, replica: &Replica, status: tonic::Status) -> ApiError {
-        use tonic::Code;
-        match status.code() {
-            Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
-                ApiError::UpstreamInvalid(status.message().to_string())
-            }
-            Code::Unavailable | Code::Unknown | Code::Cancelled => {
-                replica.set_healthy(false);
-                ApiError::Unavailable(format!(
-                    "Tulip replica {} is unavailable: {}",
-                    replica.url,
-                    status.message()
-                ))
-            }
-            _ => ApiError::Upstream(format!(
-                "Tulip replica {} failed: {}",
-                replica.url,
-                status.message()
-            )),
+        tracing::info!(
+            ?added,
+            ?removed,
+            replicas = next.len(),
+            "replica set changed"
+        );
+        *self.list.write().expect("replica set lock poisoned") = Arc::new(next);
+        if !added.is_empty() {
+            self.added.notify_one();
         }
+        Ok(())
     }
 
-    /// Checks every replica now, then every `interval`, forever.
-    pub fn spawn_health_checks(self: &Arc<Self>, interval: Duration) {
-        let this = Arc::clone(self);
-        tokio::spawn(async move {
-            loop {
-                this.check_all().await;
-                tokio::time::sleep(interval).await;
+    /// Accepts a replica's model: the first one answering defines it; the
+    /// others must serve the same model (same id, shapes and outputs).
+    pub fn accept_model(&self, info: &Arc<InfoResponse>) -> bool {
+        let mut model = self.model.write().expect("model lock poisoned");
+        match &*model {
+            None => {
+                tracing::info!(model = %info.model_id, dimension = info.dimension,
+                               max_input_length = info.max_input_length, "model info");
+                *model = Some(Arc::clone(info));
+                true
             }
-        });
-    }
-
-    async fn check_all(&self) {
-        for replica in &self.list {
-            let healthy = replica.check().await;
-            if healthy && self.model().is_none() {
-                self.fetch_info(replica).await;
+            Some(m) => {
+                m.model_id == info.model_id
+                    && m.dimension == info.dimension
+                    && m.vocab_size == info.vocab_size
+                    && m.max_input_length == info.max_input_length
+                    && m.kinds == info.kinds
             }
-            replica.set_healthy(healthy);
-        }
-    }
-
-    async fn fetch_info(&self, replica: &Replica) {
-        let mut client = replica.client.clone();
-        match client.info(InfoRequest {}).await {
-            Ok(info) => {
-                let info = info.into_inner();
-                tracing::info!(
-                    replica = %replica.url,
-                    model = %info.model_id,
-                    dimension = info.dimension,
-                    max_input_length = info.max_input_length,
-                    "model info"
-                );
-                *self.model.write().expect("model lock poisoned") = Some(Arc::new(info));
-            }
-            Err(e) => tracing::warn!(replica = %replica.url, error = %e, "Info failed"),
         }
     }
 }
 
 pub fn no_replica() -> ApiError {
     ApiError::Unavailable("no healthy Tulip replica is available; retry shortly".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn membership_changes_keep_existing_replicas() {
+        let set = ReplicaSet::default();
+        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.2:7070".into()])
+            .unwrap();
+        let first = Arc::clone(&set.snapshot()[0]);
+        first.set_health(Health::Serving, "test", false);
+        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.3:7070".into()])
+            .unwrap();
+        let now = set.snapshot();
+        assert_eq!(
+            now.iter().map(|r| r.url.as_str()).collect::<Vec<_>>(),
+            ["http://10.0.0.1:7070", "http://10.0.0.3:7070"]
+        );
+        assert!(Arc::ptr_eq(&first, &now[0]) && now[0].is_routable());
+        assert_eq!(now[1].health(), Health::Unknown);
+        assert!(set.set_targets(&["not a url".into()]).is_err());
+    }
+
+    #[test]
+    fn other_models_are_refused() {
+        let set = ReplicaSet::default();
+        let a = Arc::new(InfoResponse {
+            model_id: "m".into(),
+            dimension: 384,
+            ..Default::default()
+        });
+        let b = Arc::new(InfoResponse {
+            model_id: "m".into(),
+            dimension: 768,
+            ..Default::default()
+        });
+        assert!(set.accept_model(&a));
+        assert!(set.accept_model(&a));
+        assert!(!set.accept_model(&b));
+        assert_eq!(set.model().unwrap().dimension, 384);
+    }
 }

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import corpus_lines
 from tests.deploy.resolver import DnsServer, established_peers, namespaces_work, with_resolver
-from tests.deploy.tools import ivy_has_flag, wait_for
+from tests.deploy.tools import wait_for
 from tests.servers import IVY_BIN, Ivy, Process, Tulip, free_port
 
 SERVICE = "tulip.embeddings.svc.cluster.local"
@@ -143,8 +143,6 @@ def resolver():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(not ivy_has_flag("--tulip-dns"), strict=True,
-                   reason="Ivy has no --tulip-dns / IVY_TULIP_DNS flag yet (DNS discovery is being built)")
 def test_sigterm_to_a_dns_discovered_replica_under_load_fails_no_request(resolver, minilm_dir, log_dir,
                                                                         tmp_path):
     port = shared_free_port(ADDRESSES)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.tools import ivy_has_flag, one, render, values_file, wait_for
+from tests.deploy.tools import one, render, values_file, wait_for
 from tests.servers import Ivy, free_port
 
 
@@ -44,7 +44,6 @@ def reloads(ivy: Ivy, result: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-@pytest.mark.skipif(not ivy_has_flag("--config"), reason="this Ivy build has no --config (templates) flag yet")
 def test_configmap_update_reloads_ivy_in_place(helm_bin, tulip_minilm, minilm_dir, log_dir, tmp_path):
     def configmap(prompts: dict) -> dict[str, str]:
         values = {"ivy": {"config": {"defaultPromptName": "query", "prompts": prompts}}}

@@ -135,13 +135,3 @@ def wait_for(condition, what: str, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
-
-
-def ivy_has_flag(flag: str) -> bool:
-    """Whether the built Ivy accepts `flag` (True when Ivy is not built, so
-    a missing binary fails loudly like every other Ivy test)."""
-    from tests.servers import IVY_BIN
-
-    if not IVY_BIN.is_file():
-        return True
-    return flag in run([IVY_BIN, "--help"]).stdout

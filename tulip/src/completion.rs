@@ -18,15 +18,21 @@ pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>, metrics: Arc<Metrics>) {
     // Steps complete in launch order (one stream), so waiting in order is
     // never slower than waiting on whichever finishes first.
     for step in steps {
-        if let Err(e) = deliver(&step) {
-            for s in &step.seqs {
-                s.request.fail(e.clone());
-            }
-        }
-        metrics.step_seconds.observe(step.launched.elapsed().as_secs_f64());
-        pool.finish_step(Some(step.output));
-        metrics.inflight_steps.set(pool.inflight() as i64);
+        complete(&pool, step, &metrics);
     }
+}
+
+/// Delivers a step's rows (waiting for them first) and frees its slot; the
+/// output goes back to the scheduler thread for release under the GIL.
+pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
+    if let Err(e) = deliver(&step) {
+        for s in &step.seqs {
+            s.request.fail(e.clone());
+        }
+    }
+    metrics.step_seconds.observe(step.launched.elapsed().as_secs_f64());
+    pool.finish_step(Some(step.output));
+    metrics.inflight_steps.set(pool.inflight() as i64);
 }
 
 fn deliver(step: &InFlight) -> Result<(), TulipError> {

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use pyo3::Python;
 
+use crate::completion;
 use crate::engine::{EngineHandle, HostBatch, Kind, LazyOutput};
 use crate::metrics::{Metrics, Mode, ModeLabel};
 use crate::queue::{InFlight, Pool, SeqRef, Work};
@@ -59,7 +60,11 @@ fn launch(
                 output,
                 launched,
             };
-            if let Err(unsent) = done.send(step) {
+            if step.output.event == 0 {
+                // Already on the host (CPU): a hop to the completion
+                // thread would only add a thread wake-up to the latency.
+                completion::complete(pool, step, metrics);
+            } else if let Err(unsent) = done.send(step) {
                 // The completion thread is gone (shutdown): fail and free.
                 let step = unsent.0;
                 fail(&step.seqs, "server is shutting down");

@@ -21,9 +21,8 @@ pub fn json_body(
             ApiError::Malformed(format!("could not read the request body: {e}"))
         }
     })?;
-    serde_json::from_slice(&body).map_err(|e| {
-        ApiError::Malformed(format!("request body is not valid JSON: {e}"))
-    })
+    serde_json::from_slice(&body)
+        .map_err(|e| ApiError::Malformed(format!("request body is not valid JSON: {e}")))
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
@@ -32,7 +31,13 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
             "missing Content-Type; send `Content-Type: application/json`".into(),
         ));
     };
-    let mime = value.to_str().unwrap_or("").split(';').next().unwrap_or("").trim();
+    let mime = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim();
     let json = mime.eq_ignore_ascii_case("application/json")
         || (mime.starts_with("application/") && mime.ends_with("+json"));
     if json {

@@ -1,0 +1,86 @@
+"""``python -m bench <command>``: one command per benchmark; ``cpu`` runs
+the whole CPU suite (what ``make bench`` runs)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from bench.external import SCRIPTS
+from bench.results import Writer, default_dir, now
+
+# command → module in bench/ (each has TITLE and run(stack, **options)).
+COMMANDS = {
+    "online": "online",
+    "scoring": "scoring",
+    "throughput": "throughput",
+    "batch": "batch",
+    "concurrency": "concurrency",
+    "queries": "queries",
+    "overhead": "overhead",
+    "overlap": "overlap",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu"])
+    p.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<date>-<machine>)")
+    p.add_argument("--model", default=None, help="model directory (default: the embedded all-MiniLM-L6-v2)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                   help="torch threads for every side (Tulip, in-process baselines, Infinity)")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="multiplies every request count (0.2 for a quick look)")
+    return p
+
+
+def set_environment() -> None:
+    """Before torch loads, here and (inherited) in every server started.
+    OpenMP workers that spin while waiting are ruinous on a shared,
+    oversubscribed machine (a 2-thread forward measured 5x slower than a
+    1-thread one under load); passive waiting applies to every side alike."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    set_environment()
+    out = args.out or default_dir()
+    command = [Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
+    writer = Writer(out, command)
+    if args.command == "cpu":
+        from bench import cpu
+
+        return cpu.run_suite(writer, args)
+    if args.command in SCRIPTS:
+        from bench import external
+
+        status = external.run(args.command, writer.out_dir, args.threads)
+        print(json.dumps(status, indent=1))
+        return 0 if status["status"] in ("ran", "not available") else 1
+    if args.command == "tokenizer":
+        from bench import tokenizer
+
+        status = tokenizer.run_program(writer.out_dir)
+        print(json.dumps(status, indent=1))
+        return 0 if status["status"] in ("ran", "not available") else 1
+
+    from bench.stack import Stack
+
+    module = importlib.import_module(f"bench.{COMMANDS[args.command]}")
+    started = now()
+    with Stack(args.model, threads=args.threads) as stack:
+        data, md = module.run(stack, **module.options(args.scale))
+        path = writer.write(args.command, module.TITLE, data, md, stack.gates, started, stack.extra_versions())
+    print(path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

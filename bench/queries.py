@@ -1,0 +1,106 @@
+"""CPU rows 3 and 4: online embedding of real queries, batch 1, through Ivy
+(HTTP → tokenize → gRPC → Tulip → ROSE) against, in the same run and
+interleaved request by request: ``sentence-transformers`` ``encode``
+in-process, a bare ``transformers`` forward on the same token ids (same torch
+thread count), and Infinity serving the same model directory."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench import inputs, metrics
+from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
+from bench.harness import Stats, interleave, ratio, scaled
+from bench.httpclient import HttpClient
+from bench.profiling import PerfRecord, perf_table
+from bench.results import table
+from bench.stack import IVY_PATH, Stack
+
+TITLE = "Online embedding of real queries, batch 1: Ivy vs in-process and Infinity"
+
+
+def _checked(client: HttpClient):
+    def send(req: bytes):
+        status, body = client.send(req)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+    return send
+
+
+def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) -> tuple[dict, str]:
+    texts = inputs.queries(stack.model_dir, n_queries)
+    lengths = [len(stack.ids(t)) for t in texts]
+    ivy = stack.ivy()
+    st, bare = stack.st(), stack.bare()
+    notes: list[str] = []
+    inf = stack.infinity_or_note(notes)
+
+    ivy_c = HttpClient("127.0.0.1", ivy.port)
+    ivy_reqs = [ivy_c.prepare(IVY_PATH, {"input": t}) for t in texts]
+    prepared = [bare.prepare([stack.ids(t)]) for t in texts]
+    n = len(texts)
+    sides = {
+        "ivy": lambda i, send=_checked(ivy_c): send(ivy_reqs[i % n]),
+        "sentence-transformers": lambda i: st.encode(texts[i % n]),
+        "transformers forward": lambda i: bare.forward(prepared[i % n]),
+    }
+    clients = [ivy_c]
+    if inf is not None:
+        inf_c = HttpClient("127.0.0.1", inf.port)
+        clients.append(inf_c)
+        inf_reqs = [inf_c.prepare(Infinity.PATH, {"input": t, "model": INFINITY_MODEL_NAME}) for t in texts]
+        sides["infinity"] = lambda i, send=_checked(inf_c): send(inf_reqs[i % n])
+
+    interleave(sides, warmup, 0)
+    before = metrics.parse(stack.tulip().metrics())
+    perf = PerfRecord([ivy.proc.pid, stack.tulip().proc.pid], stack.log_dir / "queries.perf.data", freq=999)
+    with perf:
+        lat = interleave(sides, rounds, 0, seed=1)
+    stages = metrics.stage_means(before, metrics.parse(stack.tulip().metrics()))
+    perf_top = perf.top()
+    stats = {k: Stats.of(v) for k, v in lat.items()}
+
+    p50 = {k: s.p50 for k, s in stats.items()}
+    ratios = {
+        "ivy / sentence-transformers": ratio(p50["ivy"], p50["sentence-transformers"]),
+        "ivy / transformers forward": ratio(p50["ivy"], p50["transformers forward"]),
+    }
+    if "infinity" in p50:
+        ratios["infinity / ivy"] = ratio(p50["infinity"], p50["ivy"])
+    ivy_mean = stats["ivy"].mean
+    server = stages["tulip_request_duration_seconds"]["mean_ms"]
+    breakdown = {
+        "client-observed mean, ivy (ms)": ivy_mean,
+        "outside Tulip: HTTP, JSON, tokenization, gRPC hop (ms)": round(ivy_mean - server, 4) if server else None,
+        **{v["what"] + " (ms)": v["mean_ms"] for v in stages.values()},
+    }
+    data = {
+        "params": {"rounds": rounds, "warmup": warmup, "queries": n, "threads": stack.threads,
+                   "tokens": {"min": min(lengths), "median": statistics.median(lengths), "max": max(lengths)},
+                   "model_dir": stack.model_dir, "dtype": "float32", "order": "shuffled every round"},
+        "stats": {k: s.to_dict() for k, s in stats.items()},
+        "ratios_p50": ratios,
+        "ivy_stage_means": stages,
+        "ivy_breakdown_ms": breakdown,
+        "perf_ivy_and_tulip": {"top": perf_top, "error": perf.error},
+        "notes": notes,
+        "http_reconnects": sum(c.reconnects for c in clients),
+    }
+    md = [f"Real English queries ({min(lengths)}–{max(lengths)} tokens, median {statistics.median(lengths)}), "
+          f"batch 1, {rounds} interleaved rounds after {warmup} warm-up rounds, torch threads = {stack.threads}, "
+          "fp32.\n",
+          table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
+                [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in stats.items()]),
+          "\nRatios of p50:\n",
+          table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
+          "\nWhere Ivy's time goes (means over the timed rounds; Tulip's stages from its /metrics):\n",
+          table(["stage", "ms"], [[k, v] for k, v in breakdown.items()]),
+          "\nIvy and Tulip during the timed rounds: " + perf_table(perf_top, perf.error),
+          *[f"\nNote: {x}" for x in notes]]
+    for c in clients:
+        c.close()
+    return data, "\n".join(md)
+
+
+def options(scale: float) -> dict:
+    return {"rounds": scaled(300, scale, 20), "warmup": scaled(30, scale, 5)}

@@ -1,0 +1,363 @@
+//! The gRPC front: `ivy.v1.Ivy` (the same pipeline as the HTTP routes) and
+//! `grpc.health.v1` (see `grpc_health.rs`). Errors map to gRPC codes in
+//! `error.rs`; the request id travels in `x-request-id` metadata.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use ivy_tokenizer::Direction;
+use proto::ivy::v1 as pb;
+use proto::ivy::v1::ivy_server::{Ivy, IvyServer};
+use tokio::net::TcpListener;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+use crate::error::ApiError;
+use crate::pipeline::tokens::{self, TokenizeJob};
+use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
+use crate::replicas::no_replica;
+use crate::request_id::{RequestId, HEADER};
+use crate::state::AppState;
+
+/// Serves until `shutdown` resolves, then finishes in-flight calls.
+pub async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let max = state.config.max_body_bytes;
+    let health = crate::grpc_health::service(state.clone());
+    let service = IvyServer::new(IvyService { state })
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(usize::MAX);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(health)
+        .add_service(service)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
+        .await
+        .map_err(|e| format!("gRPC server error: {e}"))
+}
+
+pub struct IvyService {
+    state: AppState,
+}
+
+impl IvyService {
+    /// Request id, API key, deadline, metrics and error mapping around a call.
+    async fn call<Req, Resp, F, Fut>(
+        &self,
+        endpoint: &'static str,
+        request: Request<Req>,
+        f: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(AppState, Req, Instant) -> Fut,
+        Fut: Future<Output = Result<Resp, ApiError>>,
+    {
+        let meta = request.metadata();
+        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
+        let deadline =
+            client_deadline(meta).map_or(self.state.deadline(), |d| d.min(self.state.deadline()));
+        let auth = self
+            .state
+            .api_key
+            .check(meta.get("authorization").map(|v| v.as_bytes()));
+        let span = tracing::info_span!("request", id = %id, rpc = endpoint);
+        let state = self.state.clone();
+        let result = id
+            .clone()
+            .scope(async move {
+                auth?;
+                f(state, request.into_inner(), deadline).await
+            })
+            .instrument(span.clone())
+            .await;
+        let mut meta = MetadataMap::new();
+        if let Ok(v) = MetadataValue::try_from(id.as_str()) {
+            meta.insert(HEADER, v);
+        }
+        match result {
+            Ok(resp) => {
+                self.state
+                    .metrics
+                    .request("grpc", endpoint, "OK".into(), None);
+                let mut r = Response::new(resp);
+                *r.metadata_mut() = meta;
+                Ok(r)
+            }
+            Err(e) => {
+                let code = e.grpc_code();
+                self.state
+                    .metrics
+                    .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
+                let mut message = e.to_string();
+                if e.is_server_side() {
+                    span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
+                    message.push_str(&format!(" (request id {id})"));
+                }
+                Err(Status::with_metadata(code, message, meta))
+            }
+        }
+    }
+}
+
+/// The caller's `grpc-timeout` (e.g. `500m`, `2S`) as a deadline.
+fn client_deadline(meta: &MetadataMap) -> Option<Instant> {
+    let v = meta.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    let d = match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    };
+    Instant::now().checked_add(d)
+}
+
+fn direction(d: i32) -> Direction {
+    match pb::TruncationDirection::try_from(d) {
+        Ok(pb::TruncationDirection::Left) => Direction::Left,
+        _ => Direction::Right,
+    }
+}
+
+fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
+    let us = |d: Duration| d.as_micros() as u64;
+    Some(pb::Timing {
+        tokenization_us: us(out.timing.tokenize),
+        queue_us: us(out.timing.queue),
+        inference_us: us(out.timing.inference),
+        total_us: us(started.elapsed()),
+    })
+}
+
+async fn embed_job(
+    state: &AppState,
+    r: pb::EmbedRequest,
+    kind: Kind,
+    deadline: Instant,
+) -> Result<Output, ApiError> {
+    if r.inputs.is_empty() {
+        return Err(ApiError::Empty("`inputs` must not be empty".into()));
+    }
+    let dense = kind == Kind::Dense;
+    let options = Options {
+        truncate: r.truncate,
+        direction: direction(r.truncation_direction),
+        dimensions: (dense && r.dimensions > 0).then_some(r.dimensions),
+        normalize: dense.then(|| r.normalize.unwrap_or(true)),
+        prompt_name: r.prompt_name,
+        raw_scores: false,
+    };
+    pipeline::run(
+        state,
+        Job {
+            kind,
+            inputs: Inputs::Texts(r.inputs),
+            options,
+        },
+        deadline,
+    )
+    .await
+}
+
+#[tonic::async_trait]
+impl Ivy for IvyService {
+    async fn embed(
+        &self,
+        request: Request<pb::EmbedRequest>,
+    ) -> Result<Response<pb::EmbedResponse>, Status> {
+        self.call("embed", request, |state, r, deadline| async move {
+            let started = Instant::now();
+            let out = embed_job(&state, r, Kind::Dense, deadline).await?;
+            Ok(pb::EmbedResponse {
+                rows: out.sequences as u32,
+                dim: out.dim as u32,
+                data: out.data().clone(),
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
+        })
+        .await
+    }
+
+    async fn embed_sparse(
+        &self,
+        request: Request<pb::EmbedRequest>,
+    ) -> Result<Response<pb::EmbedSparseResponse>, Status> {
+        self.call("embed_sparse", request, |state, r, deadline| async move {
+            let started = Instant::now();
+            let out = embed_job(&state, r, Kind::Sparse, deadline).await?;
+            let embeddings = (0..out.sequences)
+                .map(|i| {
+                    let (ids, w) = out.sparse(i);
+                    pb::SparseEmbedding {
+                        indices: ids.to_vec(),
+                        values: w
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect(),
+                    }
+                })
+                .collect();
+            Ok(pb::EmbedSparseResponse {
+                embeddings,
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
+        })
+        .await
+    }
+
+    async fn embed_all(
+        &self,
+        request: Request<pb::EmbedRequest>,
+    ) -> Result<Response<pb::EmbedAllResponse>, Status> {
+        self.call("embed_all", request, |state, r, deadline| async move {
+            let started = Instant::now();
+            let out = embed_job(&state, r, Kind::MultiVector, deadline).await?;
+            Ok(pb::EmbedAllResponse {
+                row_counts: out.row_counts().to_vec(),
+                dim: out.dim as u32,
+                data: out.data().clone(),
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
+        })
+        .await
+    }
+
+    async fn rerank(
+        &self,
+        request: Request<pb::RerankRequest>,
+    ) -> Result<Response<pb::RerankResponse>, Status> {
+        self.call("rerank", request, |state, r, deadline| async move {
+            let started = Instant::now();
+            if r.texts.is_empty() {
+                return Err(ApiError::Empty("`texts` must not be empty".into()));
+            }
+            let echo = r.return_text.then(|| r.texts.clone());
+            let options = Options {
+                truncate: r.truncate,
+                direction: direction(r.truncation_direction),
+                raw_scores: r.raw_scores,
+                ..Options::default()
+            };
+            let job = Job {
+                kind: Kind::Score,
+                inputs: Inputs::Pairs {
+                    query: r.query,
+                    texts: r.texts,
+                },
+                options,
+            };
+            let out = pipeline::run(&state, job, deadline).await?;
+            let ranks = out
+                .ranks(echo)?
+                .into_iter()
+                .map(|k| pb::Rank {
+                    index: k.index as u32,
+                    score: k.score,
+                    text: k.text,
+                })
+                .collect();
+            Ok(pb::RerankResponse {
+                ranks,
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
+        })
+        .await
+    }
+
+    async fn tokenize(
+        &self,
+        request: Request<pb::TokenizeRequest>,
+    ) -> Result<Response<pb::TokenizeResponse>, Status> {
+        self.call("tokenize", request, |state, r, deadline| async move {
+            let job = TokenizeJob {
+                inputs: r.inputs,
+                add_special_tokens: r.add_special_tokens.unwrap_or(true),
+                prompt_name: r.prompt_name,
+            };
+            let all = tokens::run(&state, job, deadline).await?;
+            let results = all
+                .into_iter()
+                .map(|toks| pb::Tokens {
+                    tokens: toks
+                        .into_iter()
+                        .map(|t| pb::Token {
+                            id: t.id,
+                            text: t.text,
+                            special: t.special,
+                            start: t.start,
+                            stop: t.stop,
+                        })
+                        .collect(),
+                })
+                .collect();
+            Ok(pb::TokenizeResponse { results })
+        })
+        .await
+    }
+
+    async fn info(
+        &self,
+        request: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
+        self.call("info", request, |state, _, _| async move {
+            let m = state.replicas.model().ok_or_else(no_replica)?;
+            let templates = state.templates.get();
+            Ok(pb::InfoResponse {
+                model_id: m.model_id.clone(),
+                architecture: m.architecture.clone(),
+                dimension: m.dimension,
+                max_input_length: m.max_input_length,
+                kinds: m
+                    .kinds
+                    .iter()
+                    .filter_map(|&k| Kind::from_proto(k))
+                    .map(|k| k.name().to_string())
+                    .collect(),
+                max_inputs: state.config.max_inputs as u32,
+                max_tokens_per_request: state.config.max_tokens_per_request as u64,
+                prompt_names: templates.prompts.keys().cloned().collect(),
+                default_prompt_name: templates.default_prompt_name.clone().unwrap_or_default(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grpc_timeouts() {
+        let mut m = MetadataMap::new();
+        assert!(client_deadline(&m).is_none());
+        m.insert("grpc-timeout", "1500m".parse().unwrap());
+        let d = client_deadline(&m)
+            .unwrap()
+            .saturating_duration_since(Instant::now());
+        assert!(d <= Duration::from_millis(1500));
+        m.insert("grpc-timeout", "3M".parse().unwrap());
+        let d = client_deadline(&m)
+            .unwrap()
+            .saturating_duration_since(Instant::now());
+        assert!(d > Duration::from_secs(60) && d <= Duration::from_secs(180));
+        m.insert("grpc-timeout", "5x".parse().unwrap());
+        assert!(client_deadline(&m).is_none());
+    }
+}

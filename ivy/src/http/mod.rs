@@ -1,0 +1,94 @@
+//! The HTTP front: routes, and the layers every request passes (request id,
+//! API key, body limit). Handlers parse into a pipeline job and render.
+
+mod body;
+mod fields;
+mod openai;
+mod openapi;
+mod ops;
+mod respond;
+mod tei;
+
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use tracing::Instrument;
+
+use self::respond::{endpoint_label, Api};
+use crate::auth::PUBLIC_PATHS;
+use crate::request_id::{RequestId, HEADER};
+use crate::state::AppState;
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    let guarded = Router::new()
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/embed", post(tei::embed))
+        .route("/embed_sparse", post(tei::embed_sparse))
+        .route("/embed_all", post(tei::embed_all))
+        .route("/rerank", post(tei::rerank))
+        .route("/tokenize", post(tei::tokenize))
+        .route("/info", get(ops::info))
+        .route("/openapi.json", get(ops::openapi))
+        .route_layer(from_fn_with_state(state.clone(), require_key));
+    let public = Router::new()
+        .route(PUBLIC_PATHS[0], get(ops::health))
+        .route(PUBLIC_PATHS[1], get(ops::ready))
+        .route(PUBLIC_PATHS[2], get(ops::metrics));
+    guarded
+        .merge(public)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(from_fn(request_id))
+        .with_state(state)
+}
+
+/// Gives every request an id (the caller's `x-request-id` or a new one),
+/// logs under it, and returns it in the response.
+async fn request_id(request: Request, next: Next) -> Response {
+    let id = RequestId::from_caller(request.headers().get(HEADER).map(|v| v.as_bytes()));
+    let span = tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
+    let started = Instant::now();
+    let mut response = id
+        .clone()
+        .scope(next.run(request))
+        .instrument(span.clone())
+        .await;
+    if let Ok(v) = HeaderValue::from_str(id.as_str()) {
+        response.headers_mut().insert(HEADER, v);
+    }
+    let status = response.status().as_u16();
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    span.in_scope(|| {
+        if response.status().is_success() {
+            tracing::debug!(status, ms, "answered");
+        } else {
+            tracing::info!(status, ms, "answered");
+        }
+    });
+    response
+}
+
+/// The API key on every route but the public ones.
+async fn require_key(
+    State(state): State<AppState>,
+    matched: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    match state.api_key.check(authorization) {
+        Ok(()) => next.run(request).await,
+        Err(e) => {
+            let path = matched.as_str();
+            respond::finish(&state, Api::of_path(path), endpoint_label(path), Err(e))
+        }
+    }
+}

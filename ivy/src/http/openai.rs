@@ -1,0 +1,127 @@
+//! `POST /v1/embeddings`, compatible with OpenAI's embeddings API.
+//!
+//! Beyond OpenAI's fields: `truncate` (default true here), `truncation_direction`
+//! ("right" or "left") and `prompt_name`, as in text-embeddings-inference.
+
+use std::time::Instant;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use base64::Engine as _;
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::body::json_body;
+use super::fields::{self, F32s, Object};
+use super::respond::{finish, json_timed, to_json, Api};
+use crate::error::ApiError;
+use crate::pipeline::{self, Job, Kind, Options, Output};
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Float,
+    Base64,
+}
+
+pub async fn embeddings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let obj = fields::object(
+            json_body(&headers, body, state.config.max_body_bytes)?,
+            "input",
+        )?;
+        let format = format(&obj)?;
+        let job = Job {
+            kind: Kind::Dense,
+            inputs: fields::inputs(&obj, "input")?,
+            options: Options {
+                truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(true),
+                direction: fields::direction(&obj)?,
+                dimensions: fields::dimensions(&obj)?,
+                prompt_name: fields::opt_string(&obj, "prompt_name")?,
+                ..Options::default()
+            },
+        };
+        let out = pipeline::run(&state, job, state.deadline()).await?;
+        let model = state
+            .replicas
+            .model()
+            .map(|m| m.model_id.clone())
+            .unwrap_or_default();
+        Ok(json_timed(render(&out, format, &model)?, &out, started))
+    }
+    .await;
+    finish(&state, Api::OpenAi, "embeddings", result)
+}
+
+fn format(obj: &Object) -> Result<Format, ApiError> {
+    match obj.get("encoding_format") {
+        None | Some(Value::Null) => Ok(Format::Float),
+        Some(Value::String(s)) if s == "float" => Ok(Format::Float),
+        Some(Value::String(s)) if s == "base64" => Ok(Format::Base64),
+        Some(other) => Err(ApiError::schema(
+            "encoding_format",
+            format!("`encoding_format` must be \"float\" or \"base64\", got {other}"),
+        )),
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    object: &'static str,
+    data: Vec<Item<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct Item<'a> {
+    object: &'static str,
+    index: usize,
+    embedding: Vector<'a>,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: u64,
+    total_tokens: u64,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Vector<'a> {
+    Float(F32s<'a>),
+    Base64(String),
+}
+
+fn render(out: &Output, format: Format, model: &str) -> Result<Vec<u8>, ApiError> {
+    let data = (0..out.sequences)
+        .map(|i| Item {
+            object: "embedding",
+            index: i,
+            embedding: match format {
+                Format::Float => Vector::Float(F32s(out.row(i))),
+                Format::Base64 => {
+                    Vector::Base64(base64::engine::general_purpose::STANDARD.encode(out.row(i)))
+                }
+            },
+        })
+        .collect();
+    to_json(&Body {
+        object: "list",
+        data,
+        model,
+        usage: Usage {
+            prompt_tokens: out.tokens,
+            total_tokens: out.tokens,
+        },
+    })
+}

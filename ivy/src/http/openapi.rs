@@ -1,0 +1,207 @@
+//! The OpenAPI 3.1 document served at `/openapi.json`. It is written next to
+//! the handlers' field parsers and kept true by the end-to-end tests, which
+//! validate real responses (successes and errors) against these schemas.
+
+use serde_json::{json, Value};
+
+use crate::config::Config;
+
+fn schema(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn body(name: &str) -> Value {
+    json!({ "content": { "application/json": { "schema": schema(name) } } })
+}
+
+/// `{status: description}` error responses of one family.
+fn errors(error_schema: &str, codes: &[(&str, &str)]) -> serde_json::Map<String, Value> {
+    codes
+        .iter()
+        .map(|(code, what)| (code.to_string(), json!({ "description": what, "content": { "application/json": { "schema": schema(error_schema) } } })))
+        .collect()
+}
+
+fn operation(
+    summary: &str,
+    request: Option<&str>,
+    ok: Value,
+    errs: serde_json::Map<String, Value>,
+) -> Value {
+    let mut responses = serde_json::Map::new();
+    responses.insert("200".into(), ok);
+    responses.extend(errs);
+    let mut op = json!({ "summary": summary, "responses": responses });
+    if let Some(r) = request {
+        op["requestBody"] =
+            json!({ "required": true, "content": { "application/json": { "schema": schema(r) } } });
+        op["security"] = json!([{ "bearer": [] }, {}]);
+    }
+    op
+}
+
+const TEI_EMBED_ERRORS: [(&str, &str); 10] = [
+    ("400", "Body is not JSON, or no inputs (`Empty`)"),
+    ("401", "Missing or wrong API key"),
+    ("413", "Body too large, or a limit broken: too many inputs or tokens, an input too long without truncation, unknown prompt (`Validation`)"),
+    ("415", "Content-Type is not application/json"),
+    ("422", "JSON of the wrong shape: a missing field, a wrong type, a bad option value"),
+    ("424", "The model cannot produce this output, or a replica failed (`Backend`)"),
+    ("429", "Over the concurrency limit (`Overloaded`)"),
+    ("500", "Internal error (the message carries the request id)"),
+    ("503", "No healthy replica, or Ivy is draining (`Unhealthy`)"),
+    ("504", "The request did not finish within its timeout"),
+];
+
+const OPENAI_ERRORS: [(&str, &str); 10] = [
+    ("400", "Body is not JSON"),
+    ("401", "Missing or wrong API key"),
+    ("413", "Body too large"),
+    ("415", "Content-Type is not application/json"),
+    ("422", "Invalid request: a missing field, a wrong type, too many inputs or tokens, an input too long without truncation"),
+    ("429", "Over the concurrency limit"),
+    ("500", "Internal error (the message carries the request id)"),
+    ("502", "A replica failed on every attempt"),
+    ("503", "No healthy replica, or Ivy is draining"),
+    ("504", "The request did not finish within its timeout"),
+];
+
+pub fn document(config: &Config) -> Value {
+    let tei = |codes: &[(&str, &str)]| errors("TeiError", codes);
+    let tei_embed = || tei(&TEI_EMBED_ERRORS);
+    let ok = |name: &str, what: &str| {
+        let mut v = body(name);
+        v["description"] = json!(what);
+        v
+    };
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Ivy",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": format!(
+                "Embedding gateway: OpenAI- and text-embeddings-inference-compatible APIs over Tulip replicas. \
+                 Limits: {} bytes per body, {} inputs and {} tokens per request, {} concurrent requests, {}s per request.",
+                config.max_body_bytes, config.max_inputs, config.max_tokens_per_request,
+                config.max_concurrent_requests, config.request_timeout.as_secs_f64()),
+        },
+        "paths": {
+            "/v1/embeddings": { "post": operation("Embeddings (OpenAI)", Some("OpenAiEmbeddingRequest"),
+                ok("OpenAiEmbeddingResponse", "Embeddings in input order"), errors("OpenAiError", &OPENAI_ERRORS)) },
+            "/embed": { "post": operation("Dense embeddings (TEI)", Some("EmbedRequest"),
+                ok("EmbedResponse", "One vector per input"), tei_embed()) },
+            "/embed_sparse": { "post": operation("Sparse lexical weights (TEI)", Some("EmbedSparseRequest"),
+                ok("EmbedSparseResponse", "(token id, weight) pairs per input"), tei_embed()) },
+            "/embed_all": { "post": operation("Multi-vector embeddings (TEI)", Some("EmbedAllRequest"),
+                ok("EmbedAllResponse", "Vectors per input"), tei_embed()) },
+            "/rerank": { "post": operation("Rerank texts against a query (TEI)", Some("RerankRequest"),
+                ok("RerankResponse", "Texts best first"), tei_embed()) },
+            "/tokenize": { "post": operation("Tokenize (TEI)", Some("TokenizeRequest"),
+                ok("TokenizeResponse", "Tokens per input"),
+                tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
+                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[6]])) },
+            "/info": { "get": operation("Served model and limits", None, ok("Info", "Model info"),
+                tei(&[("401", "Missing or wrong API key"), ("503", "No replica has answered yet")])) },
+            "/openapi.json": { "get": operation("This document", None,
+                json!({ "description": "OpenAPI document", "content": { "application/json": { "schema": { "type": "object" } } } }),
+                tei(&[("401", "Missing or wrong API key")])) },
+            "/health": { "get": { "summary": "Liveness (never depends on replicas; no API key)",
+                "responses": { "200": { "description": "ok", "content": { "text/plain": { "schema": { "type": "string" } } } } } } },
+            "/ready": { "get": { "summary": "Readiness: not draining and at least one healthy replica (no API key)",
+                "responses": { "200": ok("Ready", "Ready"), "503": ok("Ready", "Not ready") } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics (no API key)",
+                "responses": { "200": { "description": "Text exposition 0.0.4", "content": { "text/plain": { "schema": { "type": "string" } } } } } } },
+        },
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer",
+                "description": "Required on every route but /health, /ready and /metrics when Ivy runs with --api-key" } },
+            "schemas": schemas(),
+        },
+    })
+}
+
+fn schemas() -> Value {
+    let ids = json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } });
+    let input = json!({ "oneOf": [
+        { "type": "string" },
+        { "type": "array", "items": { "type": "string" }, "minItems": 1 },
+        ids,
+        { "type": "array", "items": ids, "minItems": 1 },
+    ]});
+    let direction =
+        json!({ "type": "string", "enum": ["right", "left", "Right", "Left"], "default": "right" });
+    let prompt = json!({ "type": ["string", "null"], "description": "A prompt template from the --config file; unset uses its default_prompt_name" });
+    let truncate = |default: bool| {
+        json!({ "type": "boolean", "default": default,
+        "description": "Cut inputs longer than the model's maximum instead of refusing them" })
+    };
+    let vector = json!({ "type": "array", "items": { "type": "number" } });
+    let embed_fields = |dense: bool| {
+        let mut props = json!({
+            "inputs": input, "truncate": truncate(false), "truncation_direction": direction, "prompt_name": prompt,
+        });
+        if dense {
+            props["normalize"] = json!({ "type": "boolean", "default": true });
+            props["dimensions"] =
+                json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
+        }
+        json!({ "type": "object", "required": ["inputs"], "properties": props })
+    };
+    json!({
+        "OpenAiEmbeddingRequest": { "type": "object", "required": ["input"], "properties": {
+            "input": input, "model": { "type": "string" },
+            "encoding_format": { "type": "string", "enum": ["float", "base64"], "default": "float" },
+            "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
+            "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
+        }},
+        "OpenAiEmbeddingResponse": { "type": "object", "required": ["object", "data", "model", "usage"], "properties": {
+            "object": { "type": "string", "enum": ["list"] },
+            "data": { "type": "array", "items": { "type": "object", "required": ["object", "index", "embedding"], "properties": {
+                "object": { "type": "string", "enum": ["embedding"] }, "index": { "type": "integer" },
+                "embedding": { "oneOf": [vector, { "type": "string", "description": "base64 of little-endian float32" }] },
+            }}},
+            "model": { "type": "string" },
+            "usage": { "type": "object", "required": ["prompt_tokens", "total_tokens"], "properties": {
+                "prompt_tokens": { "type": "integer" }, "total_tokens": { "type": "integer" } } },
+        }},
+        "OpenAiError": { "type": "object", "required": ["error"], "properties": { "error": {
+            "type": "object", "required": ["message", "type", "param", "code"], "properties": {
+                "message": { "type": "string" }, "type": { "type": "string" },
+                "param": { "type": ["string", "null"] }, "code": { "type": "integer" } } } } },
+        "TeiError": { "type": "object", "required": ["error", "error_type"], "properties": {
+            "error": { "type": "string" },
+            "error_type": { "type": "string", "enum": ["Validation", "Empty", "Unauthorized", "Overloaded", "Unhealthy", "Backend", "Tokenizer"] } } },
+        "EmbedRequest": embed_fields(true),
+        "EmbedSparseRequest": embed_fields(false),
+        "EmbedAllRequest": embed_fields(false),
+        "EmbedResponse": { "type": "array", "items": vector },
+        "EmbedSparseResponse": { "type": "array", "items": { "type": "array", "items": {
+            "type": "object", "required": ["index", "value"],
+            "properties": { "index": { "type": "integer" }, "value": { "type": "number" } } } } },
+        "EmbedAllResponse": { "type": "array", "items": { "type": "array", "items": vector } },
+        "RerankRequest": { "type": "object", "required": ["query", "texts"], "properties": {
+            "query": { "type": "string" }, "texts": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
+            "truncate": truncate(false), "truncation_direction": direction,
+            "raw_scores": { "type": "boolean", "default": false }, "return_text": { "type": "boolean", "default": false } } },
+        "RerankResponse": { "type": "array", "items": { "type": "object", "required": ["index", "score"], "properties": {
+            "index": { "type": "integer" }, "score": { "type": "number" }, "text": { "type": "string" } } } },
+        "TokenizeRequest": { "type": "object", "required": ["inputs"], "properties": {
+            "inputs": { "oneOf": [{ "type": "string" }, { "type": "array", "items": { "type": "string" }, "minItems": 1 }] },
+            "add_special_tokens": { "type": "boolean", "default": true }, "prompt_name": prompt } },
+        "TokenizeResponse": { "type": "array", "items": { "type": "array", "items": {
+            "type": "object", "required": ["id", "text", "special", "start", "stop"], "properties": {
+                "id": { "type": "integer" }, "text": { "type": "string" }, "special": { "type": "boolean" },
+                "start": { "type": ["integer", "null"] }, "stop": { "type": ["integer", "null"] } } } } },
+        "Info": { "type": "object", "required": ["model_id", "model_type", "dimension", "max_input_length",
+                                                  "max_client_batch_size", "kinds", "version"], "properties": {
+            "model_id": { "type": "string" }, "model_type": { "type": "object" }, "dimension": { "type": "integer" },
+            "max_input_length": { "type": "integer" }, "max_client_batch_size": { "type": "integer" },
+            "max_tokens_per_request": { "type": "integer" }, "max_concurrent_requests": { "type": "integer" },
+            "kinds": { "type": "array", "items": { "type": "string", "enum": ["dense", "sparse", "multi_vector", "score"] } },
+            "prompts": { "type": "array", "items": { "type": "string" } },
+            "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" } } },
+        "Ready": { "type": "object", "required": ["ready", "draining", "healthy_replicas", "replicas"], "properties": {
+            "ready": { "type": "boolean" }, "draining": { "type": "boolean" },
+            "healthy_replicas": { "type": "integer" }, "replicas": { "type": "integer" } } },
+    })
+}

@@ -1,0 +1,102 @@
+//! Operational routes: liveness, readiness, model info, metrics and the
+//! OpenAPI document.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::openapi;
+use super::respond::{finish, Api};
+use crate::error::ApiError;
+use crate::pipeline::Kind;
+use crate::replicas::no_replica;
+use crate::state::AppState;
+
+/// Liveness: the process answers. Never looks at replicas, so a Tulip
+/// outage does not get Ivy restarted.
+pub async fn health() -> &'static str {
+    "ok"
+}
+
+/// Readiness: not draining, and at least one replica takes work.
+pub async fn ready(State(state): State<AppState>) -> Response {
+    let replicas = state.replicas.snapshot();
+    let healthy = replicas.iter().filter(|r| r.is_routable()).count();
+    let ready = state.is_ready();
+    let body = json!({
+        "ready": ready,
+        "draining": state.admission.is_draining(),
+        "healthy_replicas": healthy,
+        "replicas": replicas.len(),
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// The served model and Ivy's limits, in text-embeddings-inference's shape
+/// (plus `kinds` and the prompt templates).
+pub async fn info(State(state): State<AppState>) -> Response {
+    let result = match state.replicas.model() {
+        None => Err(no_replica()),
+        Some(m) => {
+            let kinds: Vec<Kind> = m
+                .kinds
+                .iter()
+                .filter_map(|&k| Kind::from_proto(k))
+                .collect();
+            // TEI names a cross-encoder a reranker, with its labels.
+            let model_type = if kinds == [Kind::Score] {
+                json!({ "reranker": { "id2label": { "0": "LABEL_0" }, "label2id": { "LABEL_0": 0 } } })
+            } else {
+                json!({ "embedding": { "pooling": m.pooling } })
+            };
+            let templates = state.templates.get();
+            Ok(Json(json!({
+                "model_id": m.model_id,
+                "model_sha": null,
+                "model_dtype": m.dtype,
+                "model_type": model_type,
+                "architecture": m.architecture,
+                "dimension": m.dimension,
+                "kinds": kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+                "max_concurrent_requests": state.config.max_concurrent_requests,
+                "max_input_length": m.max_input_length,
+                "max_batch_tokens": m.max_batch_tokens,
+                "max_batch_requests": m.max_batch_sequences,
+                "max_client_batch_size": state.config.max_inputs,
+                "max_tokens_per_request": state.config.max_tokens_per_request,
+                "auto_truncate": false,
+                "tokenization_workers": null,
+                "vocab_size": m.vocab_size,
+                "device": m.device,
+                "prompts": templates.prompts.keys().collect::<Vec<_>>(),
+                "default_prompt_name": templates.default_prompt_name,
+                "version": env!("CARGO_PKG_VERSION"),
+                "sha": null,
+                "docker_label": null,
+            }))
+            .into_response())
+        }
+    };
+    finish(&state, Api::Tei, "info", result)
+}
+
+/// Prometheus text exposition.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let replicas = state.replicas.snapshot().as_ref().clone();
+    let body = state.metrics.render(replicas, state.admission.in_flight());
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()
+}
+
+/// The OpenAPI document of these routes.
+pub async fn openapi(State(state): State<AppState>) -> Response {
+    let result: Result<Response, ApiError> =
+        Ok(Json(openapi::document(&state.config)).into_response());
+    finish(&state, Api::Tei, "openapi.json", result)
+}

@@ -1,0 +1,174 @@
+//! Rendering results: errors in each HTTP API family's shape (the status
+//! mapping itself lives in `error.rs`), JSON bodies with TEI's timing
+//! headers, and the request metrics every route records.
+
+use std::time::Instant;
+
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::pipeline::Output;
+use crate::request_id::RequestId;
+use crate::state::Gateway;
+
+/// The HTTP API families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/*`: OpenAI's error shape.
+    OpenAi,
+    /// Everything else: text-embeddings-inference's error shape.
+    Tei,
+}
+
+impl Api {
+    pub fn of_path(path: &str) -> Self {
+        if path.starts_with("/v1/") {
+            Self::OpenAi
+        } else {
+            Self::Tei
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Tei => "tei",
+        }
+    }
+}
+
+/// A bounded metric label for a matched route.
+pub fn endpoint_label(path: &str) -> &'static str {
+    const KNOWN: [&str; 11] = [
+        "embeddings",
+        "embed",
+        "embed_sparse",
+        "embed_all",
+        "rerank",
+        "tokenize",
+        "info",
+        "openapi.json",
+        "health",
+        "ready",
+        "metrics",
+    ];
+    let name = path.rsplit('/').next().unwrap_or("");
+    KNOWN
+        .iter()
+        .find(|k| **k == name)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// Records the request's outcome and renders an error in the family's shape.
+pub fn finish(
+    state: &Gateway,
+    api: Api,
+    endpoint: &'static str,
+    result: Result<Response, ApiError>,
+) -> Response {
+    match result {
+        Ok(response) => {
+            state.metrics.request(
+                api.label(),
+                endpoint,
+                response.status().as_u16().to_string(),
+                None,
+            );
+            response
+        }
+        Err(e) => {
+            let response = error(api, &e);
+            state.metrics.request(
+                api.label(),
+                endpoint,
+                response.status().as_u16().to_string(),
+                Some(e.kind()),
+            );
+            response
+        }
+    }
+}
+
+fn error(api: Api, e: &ApiError) -> Response {
+    let mut message = e.to_string();
+    if e.is_server_side() {
+        tracing::warn!(kind = e.kind(), error = %e, "request failed");
+        if let Some(id) = RequestId::current() {
+            message.push_str(&format!(" (request id {id})"));
+        }
+    }
+    match api {
+        Api::OpenAi => {
+            let status = e.openai_status();
+            let body = json!({ "error": {
+                "message": message, "type": e.openai_type(), "param": e.param(), "code": status.as_u16(),
+            }});
+            (status, Json(body)).into_response()
+        }
+        Api::Tei => {
+            let (status, error_type) = e.tei_status();
+            (
+                status,
+                Json(json!({ "error": message, "error_type": error_type })),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// A JSON body.
+pub fn json(body: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+/// A JSON body with TEI's timing headers (milliseconds) and token count.
+pub fn json_timed(body: Vec<u8>, out: &Output, started: Instant) -> Response {
+    let mut response = json(body);
+    let ms = |d: std::time::Duration| d.as_millis().to_string();
+    let total = ms(started.elapsed());
+    let headers = [
+        ("x-compute-tokens", out.tokens.to_string()),
+        ("x-compute-time", total.clone()),
+        ("x-total-time", total),
+        ("x-tokenization-time", ms(out.timing.tokenize)),
+        ("x-queue-time", ms(out.timing.queue)),
+        ("x-inference-time", ms(out.timing.inference)),
+    ];
+    for (name, value) in headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(name), v);
+        }
+    }
+    response
+}
+
+/// Serialises a response body; our own types always serialise.
+pub fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(value)
+        .map_err(|e| ApiError::Internal(format!("serialising the response: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_and_labels() {
+        assert_eq!(Api::of_path("/v1/embeddings"), Api::OpenAi);
+        assert_eq!(Api::of_path("/embed"), Api::Tei);
+        assert_eq!(endpoint_label("/v1/embeddings"), "embeddings");
+        assert_eq!(endpoint_label("/embed_sparse"), "embed_sparse");
+        assert_eq!(endpoint_label("/nope"), "other");
+    }
+}

@@ -1,0 +1,198 @@
+//! The routes compatible with Hugging Face text-embeddings-inference:
+//! `/embed`, `/embed_sparse`, `/embed_all`, `/rerank`, `/tokenize`, with
+//! TEI's request fields, response shapes, defaults (`truncate` false,
+//! `normalize` true) and error shape `{"error", "error_type"}`.
+
+use std::time::Instant;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use serde::Serialize;
+
+use super::body::json_body;
+use super::fields::{self, Object, Rows};
+use super::respond::{finish, json, json_timed, to_json, Api};
+use crate::error::ApiError;
+use crate::pipeline::tokens::{self, Token, TokenizeJob};
+use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
+use crate::state::AppState;
+
+type Body = Result<Bytes, BytesRejection>;
+
+pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    embedding(state, headers, body, Kind::Dense, "embed", |out| {
+        to_json(&Rows {
+            data: out.data(),
+            dim: out.dim,
+        })
+    })
+    .await
+}
+
+pub async fn embed_sparse(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    embedding(state, headers, body, Kind::Sparse, "embed_sparse", |out| {
+        let all: Vec<Vec<SparseValue>> = (0..out.sequences)
+            .map(|i| {
+                let (ids, weights) = out.sparse(i);
+                ids.iter()
+                    .zip(weights.chunks_exact(4))
+                    .map(|(&index, w)| SparseValue {
+                        index,
+                        value: f32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+                    })
+                    .collect()
+            })
+            .collect();
+        to_json(&all)
+    })
+    .await
+}
+
+pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    embedding(
+        state,
+        headers,
+        body,
+        Kind::MultiVector,
+        "embed_all",
+        |out| {
+            let all: Vec<Rows> = (0..out.sequences)
+                .map(|i| Rows {
+                    data: out.vectors(i),
+                    dim: out.dim,
+                })
+                .collect();
+            to_json(&all)
+        },
+    )
+    .await
+}
+
+#[derive(Serialize)]
+struct SparseValue {
+    index: u32,
+    value: f32,
+}
+
+/// The three embedding routes: same fields (dense adds `normalize` and
+/// `dimensions`), different outputs.
+async fn embedding(
+    state: AppState,
+    headers: HeaderMap,
+    body: Body,
+    kind: Kind,
+    endpoint: &'static str,
+    render: fn(&Output) -> Result<Vec<u8>, ApiError>,
+) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let obj = read(&state, &headers, body)?;
+        let mut options = common_options(&obj)?;
+        options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
+        if kind == Kind::Dense {
+            options.normalize = Some(fields::opt_bool(&obj, "normalize")?.unwrap_or(true));
+            options.dimensions = fields::dimensions(&obj)?;
+        }
+        let job = Job {
+            kind,
+            inputs: fields::inputs(&obj, "inputs")?,
+            options,
+        };
+        let out = pipeline::run(&state, job, state.deadline()).await?;
+        Ok(json_timed(render(&out)?, &out, started))
+    }
+    .await;
+    finish(&state, Api::Tei, endpoint, result)
+}
+
+pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let obj = read(&state, &headers, body)?;
+        let query = fields::string(&obj, "query")?;
+        let texts = match obj.get("texts") {
+            Some(serde_json::Value::String(_)) => {
+                return Err(ApiError::schema(
+                    "texts",
+                    "`texts` must be an array of strings",
+                ));
+            }
+            _ => fields::strings(&obj, "texts")?,
+        };
+        let return_text = fields::opt_bool(&obj, "return_text")?.unwrap_or(false);
+        let echo = return_text.then(|| texts.clone());
+        let mut options = common_options(&obj)?;
+        options.raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
+        let job = Job {
+            kind: Kind::Score,
+            inputs: Inputs::Pairs { query, texts },
+            options,
+        };
+        let out = pipeline::run(&state, job, state.deadline()).await?;
+        Ok(json_timed(to_json(&out.ranks(echo)?)?, &out, started))
+    }
+    .await;
+    finish(&state, Api::Tei, "rerank", result)
+}
+
+pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let obj = read(&state, &headers, body)?;
+        let job = TokenizeJob {
+            inputs: fields::strings(&obj, "inputs")?,
+            add_special_tokens: fields::opt_bool(&obj, "add_special_tokens")?.unwrap_or(true),
+            prompt_name: fields::opt_string(&obj, "prompt_name")?,
+        };
+        let all = tokens::run(&state, job, state.deadline()).await?;
+        let body: Vec<Vec<SimpleToken>> = all
+            .iter()
+            .map(|t| t.iter().map(SimpleToken::from).collect())
+            .collect();
+        Ok(json(to_json(&body)?))
+    }
+    .await;
+    finish(&state, Api::Tei, "tokenize", result)
+}
+
+#[derive(Serialize)]
+struct SimpleToken<'a> {
+    id: u32,
+    text: &'a str,
+    special: bool,
+    start: Option<u32>,
+    stop: Option<u32>,
+}
+
+impl<'a> From<&'a Token> for SimpleToken<'a> {
+    fn from(t: &'a Token) -> Self {
+        Self {
+            id: t.id,
+            text: &t.text,
+            special: t.special,
+            start: t.start,
+            stop: t.stop,
+        }
+    }
+}
+
+fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Object, ApiError> {
+    fields::object(
+        json_body(headers, body, state.config.max_body_bytes)?,
+        "inputs",
+    )
+}
+
+fn common_options(obj: &Object) -> Result<Options, ApiError> {
+    Ok(Options {
+        truncate: fields::opt_bool(obj, "truncate")?.unwrap_or(false),
+        direction: fields::direction(obj)?,
+        ..Options::default()
+    })
+}

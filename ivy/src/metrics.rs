@@ -1,0 +1,291 @@
+//! Prometheus metrics. Every label comes from a bounded set: API family,
+//! endpoint, status code, error kind, stage, and the replica URLs Ivy routes
+//! to now (replicas that went away disappear from the next scrape).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::replicas::Replica;
+
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Pipeline stages with a duration histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// Templates and tokenization, in Ivy.
+    Tokenize,
+    /// Waiting in a Tulip replica's queue (as the replica reports it).
+    Queue,
+    /// The model's forward pass (as the replica reports it).
+    Inference,
+    /// All chunks' round trips to the replicas, retries included.
+    Dispatch,
+    /// Admission to response, in Ivy.
+    Total,
+}
+
+impl Stage {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Tokenize => "tokenize",
+            Self::Queue => "queue",
+            Self::Inference => "inference",
+            Self::Dispatch => "dispatch",
+            Self::Total => "total",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    api: &'static str,
+    endpoint: &'static str,
+    status: String,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    stages: Family<StageLabels, Histogram>,
+    tokens: Counter,
+    chunks: Counter,
+    retries: Counter,
+    config_reloads: Family<ResultLabels, Counter>,
+    in_flight: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "ivy_requests",
+            "Requests answered, by API, endpoint, status and error kind",
+            requests.clone(),
+        );
+        let stages = Family::<StageLabels, Histogram>::new_with_constructor(|| {
+            // 0.25 ms .. ~65 s
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 19))
+        });
+        registry.register(
+            "ivy_stage_duration_seconds",
+            "Time per request in each pipeline stage",
+            stages.clone(),
+        );
+        let tokens = Counter::default();
+        registry.register(
+            "ivy_tokens",
+            "Tokens sent to replicas (templates included)",
+            tokens.clone(),
+        );
+        let chunks = Counter::default();
+        registry.register(
+            "ivy_chunks",
+            "Chunks sent to replicas (first attempts)",
+            chunks.clone(),
+        );
+        let retries = Counter::default();
+        registry.register(
+            "ivy_retries",
+            "Chunk attempts repeated on another replica after a failure",
+            retries.clone(),
+        );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ivy_config_reloads",
+            "Templates file reloads, accepted or refused",
+            config_reloads.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "ivy_requests_in_flight",
+            "Requests being processed now",
+            in_flight.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            stages,
+            tokens,
+            chunks,
+            retries,
+            config_reloads,
+            in_flight,
+        }
+    }
+
+    /// One answered request. `status` is the HTTP status or gRPC code name.
+    pub fn request(
+        &self,
+        api: &'static str,
+        endpoint: &'static str,
+        status: String,
+        error: Option<&'static str>,
+    ) {
+        let labels = RequestLabels {
+            api,
+            endpoint,
+            status,
+            error: error.unwrap_or("none"),
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub fn stage(&self, stage: Stage, d: Duration) {
+        self.stages
+            .get_or_create(&StageLabels {
+                stage: stage.label(),
+            })
+            .observe(d.as_secs_f64());
+    }
+
+    pub fn tokens(&self, n: u64) {
+        self.tokens.inc_by(n);
+    }
+
+    pub fn chunk(&self) {
+        self.chunks.inc();
+    }
+
+    pub fn retry(&self) {
+        self.retries.inc();
+    }
+
+    pub fn config_reload(&self, accepted: bool) {
+        let result = if accepted { "accepted" } else { "refused" };
+        self.config_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+
+    /// The Prometheus text exposition, with the replicas' state as of now.
+    pub fn render(&self, replicas: Vec<Arc<Replica>>, in_flight: usize) -> String {
+        self.in_flight.set(in_flight as i64);
+        let mut out = String::with_capacity(8192);
+        let mut per_replica = Registry::default();
+        per_replica.register_collector(Box::new(ReplicaCollector(replicas)));
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &per_replica);
+        if !out.ends_with('\n') {
+            let _ = writeln!(out);
+        }
+        out
+    }
+}
+
+/// A per-replica series: name, help, and how to read it.
+type Series<T> = (&'static str, &'static str, fn(&Replica) -> T);
+
+/// Per-replica series, read from the replicas at scrape time.
+#[derive(Debug)]
+struct ReplicaCollector(Vec<Arc<Replica>>);
+
+impl Collector for ReplicaCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauges: [Series<i64>; 2] = [
+            (
+                "ivy_replica_up",
+                "1 if the replica takes new work (healthy), 0 if not",
+                |r| r.is_routable() as i64,
+            ),
+            (
+                "ivy_replica_inflight_tokens",
+                "Tokens this Ivy has in flight on the replica",
+                |r| r.inflight_tokens() as i64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let mut family =
+                encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+            for r in &self.0 {
+                let labels = [("replica", r.url.as_str())];
+                ConstGauge::new(value(r)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let counters: [Series<u64>; 3] = [
+            (
+                "ivy_replica_tokens",
+                "Tokens completed on the replica",
+                |r| r.stats().tokens,
+            ),
+            (
+                "ivy_replica_chunks",
+                "Chunks completed on the replica",
+                |r| r.stats().chunks,
+            ),
+            (
+                "ivy_replica_failures",
+                "Chunk attempts that failed on the replica",
+                |r| r.stats().failures,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for r in &self.0 {
+                let labels = [("replica", r.url.as_str())];
+                ConstCounter::new(value(r)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn renders_request_and_replica_series() {
+        let m = Metrics::new();
+        m.request("openai", "embeddings", "200".into(), None);
+        m.request("tei", "embed", "413".into(), Some("validation"));
+        m.stage(Stage::Total, Duration::from_millis(3));
+        let r = Arc::new(Replica::new("http://127.0.0.1:9").unwrap());
+        let text = m.render(vec![r], 0);
+        assert!(text.contains(r#"ivy_requests_total{api="tei",endpoint="embed",status="413",error="validation"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"ivy_replica_up{replica="http://127.0.0.1:9"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ivy_replica_tokens_total{replica="http://127.0.0.1:9"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ivy_stage_duration_seconds_count{stage="total"} 1"#),
+            "{text}"
+        );
+    }
+}

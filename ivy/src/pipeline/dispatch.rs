@@ -1,0 +1,79 @@
+//! Sending chunks to replicas: in order, at most `--chunks-per-replica` x
+//! (healthy replicas) of a request in flight at once, each to the replica
+//! the balancing policy picks when it leaves; a chunk whose replica fails is
+//! retried on another one, up to `--max-attempts` in all (the request's
+//! deadline bounds the whole). The first chunk that cannot succeed fails the
+//! request and cancels the others.
+
+use std::sync::Arc;
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
+use proto::tulip::v1::{EmbedRequest, EmbedResponse};
+
+use super::chunk::Chunk;
+use crate::error::ApiError;
+use crate::replicas::{no_replica, AttemptError, Replica};
+use crate::state::AppState;
+use crate::tokenize::Tokenized;
+
+pub async fn send_all(
+    state: &AppState,
+    tokenized: &Tokenized,
+    chunks: &[Chunk],
+    template: &EmbedRequest,
+) -> Result<Vec<EmbedResponse>, ApiError> {
+    let window = match state.config.chunks_per_replica {
+        0 => chunks.len(),
+        n => n * state.replicas.routable_count().max(1),
+    };
+    // Built up front: a closure inside the stream type trips the compiler's
+    // `Send` check on the gRPC handlers' futures.
+    let sends: Vec<_> = chunks
+        .iter()
+        .map(|c| {
+            let request = EmbedRequest {
+                token_ids: tokenized.token_ids[c.tokens.clone()].to_vec(),
+                lengths: tokenized.lengths[c.sequences.clone()].to_vec(),
+                ..template.clone()
+            };
+            send(state, request)
+        })
+        .collect();
+    stream::iter(sends)
+        .buffered(window.max(1))
+        .try_collect()
+        .await
+}
+
+async fn send(state: &AppState, request: EmbedRequest) -> Result<EmbedResponse, ApiError> {
+    state.metrics.chunk();
+    let mut tried: Vec<Arc<Replica>> = Vec::new();
+    let mut last_error = None;
+    for attempt in 1..=state.config.max_attempts {
+        let replicas = state.replicas.snapshot();
+        let Some(replica) = state.policy.pick(&replicas, &tried) else {
+            return Err(last_error.unwrap_or_else(no_replica));
+        };
+        if attempt > 1 {
+            state.metrics.retry();
+            tracing::info!(replica = %replica.url, attempt, "retrying chunk");
+        }
+        match replica.embed(request.clone()).await {
+            Ok(reply) => return Ok(reply),
+            Err(AttemptError::Fatal(e)) => return Err(e),
+            Err(AttemptError::Retry(e)) => {
+                tracing::warn!(replica = %replica.url, attempt, error = %e, "chunk failed");
+                tried.push(replica);
+                last_error = Some(e);
+            }
+        }
+    }
+    let n = state.config.max_attempts;
+    Err(match last_error {
+        Some(ApiError::Unavailable(m)) => {
+            ApiError::Unavailable(format!("a chunk failed on {n} attempts; last error: {m}"))
+        }
+        Some(e) => ApiError::Upstream(format!("a chunk failed on {n} attempts; last error: {e}")),
+        None => no_replica(),
+    })
+}

@@ -1,0 +1,175 @@
+//! The request pipeline every front shares (OpenAI, TEI, gRPC):
+//! admit → validate → template + tokenize → cut into chunks → send each chunk
+//! to a replica (retrying elsewhere on failure) → reassemble in input order.
+//! Fronts only parse their request into a `Job` and render the `Output`.
+
+mod chunk;
+mod dispatch;
+mod output;
+mod prepare;
+pub mod tokens;
+mod validate;
+
+use std::future::Future;
+use std::time::Instant;
+
+use ivy_tokenizer::Direction;
+use proto::tulip::v1::{EmbedRequest, OutputKind};
+
+pub use self::output::Output;
+use crate::error::ApiError;
+use crate::metrics::Stage;
+use crate::replicas::no_replica;
+use crate::request_id::RequestId;
+use crate::state::AppState;
+
+/// What the model should produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dense,
+    Sparse,
+    MultiVector,
+    /// Cross-encoder relevance scores of (query, text) pairs.
+    Score,
+}
+
+impl Kind {
+    fn proto(self) -> OutputKind {
+        match self {
+            Self::Dense => OutputKind::Dense,
+            Self::Sparse => OutputKind::Sparse,
+            Self::MultiVector => OutputKind::MultiVector,
+            Self::Score => OutputKind::Score,
+        }
+    }
+
+    /// The names used in messages and in `/info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Dense => "dense",
+            Self::Sparse => "sparse",
+            Self::MultiVector => "multi_vector",
+            Self::Score => "score",
+        }
+    }
+
+    pub fn from_proto(k: i32) -> Option<Self> {
+        match OutputKind::try_from(k).ok()? {
+            OutputKind::Dense | OutputKind::Unspecified => Some(Self::Dense),
+            OutputKind::Sparse => Some(Self::Sparse),
+            OutputKind::MultiVector => Some(Self::MultiVector),
+            OutputKind::Score => Some(Self::Score),
+        }
+    }
+}
+
+/// The inputs of a request.
+#[derive(Debug)]
+pub enum Inputs {
+    Texts(Vec<String>),
+    /// Token ids the caller produced itself (no template, no tokenizer).
+    Ids(Vec<Vec<u32>>),
+    /// A query scored against each text.
+    Pairs {
+        query: String,
+        texts: Vec<String>,
+    },
+}
+
+impl Inputs {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Texts(t) => t.len(),
+            Self::Ids(i) => i.len(),
+            Self::Pairs { texts, .. } => texts.len(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Cut inputs longer than the model's maximum (true) or refuse them.
+    pub truncate: bool,
+    pub direction: Direction,
+    /// Dense: Matryoshka truncation; `None` is the full dimension.
+    pub dimensions: Option<u32>,
+    /// Dense: `None` is the model's default.
+    pub normalize: Option<bool>,
+    /// A prompt template; `None` is the configured default.
+    pub prompt_name: Option<String>,
+    /// Score: raw logits instead of the activation.
+    pub raw_scores: bool,
+}
+
+pub struct Job {
+    pub kind: Kind,
+    pub inputs: Inputs,
+    pub options: Options,
+}
+
+/// Runs a job through every stage.
+pub async fn run(state: &AppState, job: Job, deadline: Instant) -> Result<Output, ApiError> {
+    guarded(state, deadline, stages(state, job)).await
+}
+
+/// Admission (429 over the limit, 503 while draining), the deadline (504)
+/// and the total-time metric, around any pipeline.
+pub async fn guarded<T>(
+    state: &AppState,
+    deadline: Instant,
+    work: impl Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let _permit = state.admission.admit()?;
+    let start = Instant::now();
+    let result = match tokio::time::timeout_at(deadline.into(), work).await {
+        Ok(r) => r,
+        Err(_) => Err(ApiError::Timeout(format!(
+            "the request did not finish within its deadline of {:.1}s; retry, or send fewer or shorter inputs",
+            deadline.saturating_duration_since(start).as_secs_f64()
+        ))),
+    };
+    state.metrics.stage(Stage::Total, start.elapsed());
+    result
+}
+
+async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
+    let model = state.replicas.model().ok_or_else(no_replica)?;
+    validate::job(&job, &model, &state.config)?;
+
+    let started = Instant::now();
+    let templates = state.templates.get();
+    let tokenized = prepare::tokenize(state, &model, &templates, job.inputs, &job.options).await?;
+    let tokenize = started.elapsed();
+    state.metrics.stage(Stage::Tokenize, tokenize);
+    validate::tokens(
+        tokenized.token_ids.len(),
+        state.config.max_tokens_per_request,
+    )?;
+
+    let chunks = chunk::cut(
+        &tokenized.lengths,
+        state.config.chunk_tokens,
+        model.max_request_sequences as usize,
+    );
+    let template = EmbedRequest {
+        token_ids: Vec::new(),
+        lengths: Vec::new(),
+        kind: job.kind.proto() as i32,
+        normalize: job.options.normalize,
+        dimensions: job.options.dimensions.unwrap_or(0),
+        raw_scores: job.options.raw_scores,
+        request_id: RequestId::current()
+            .map(|r| r.to_string())
+            .unwrap_or_default(),
+    };
+    let sent = Instant::now();
+    let replies = dispatch::send_all(state, &tokenized, &chunks, &template).await?;
+    state.metrics.stage(Stage::Dispatch, sent.elapsed());
+
+    let mut out = Output::merge(job.kind, &chunks, replies)?;
+    out.timing.tokenize = tokenize;
+    state.metrics.stage(Stage::Queue, out.timing.queue);
+    state.metrics.stage(Stage::Inference, out.timing.inference);
+    state.metrics.tokens(out.tokens);
+    Ok(out)
+}

@@ -1,0 +1,191 @@
+//! From inputs to the flat token ids Tulip takes: the prompt template, the
+//! tokenizer (texts and query/text pairs) and truncation, or checks of
+//! caller-supplied token ids.
+
+use std::sync::Arc;
+
+use ivy_tokenizer::{Direction, EncodeOptions, Tokenizer};
+use proto::tulip::v1::InfoResponse;
+
+use super::{Inputs, Options};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::templates::Templates;
+use crate::tokenize::{tokenize as tokenize_texts, Tokenized, Truncation};
+
+/// Pairs beyond this many are encoded on a blocking thread, off the reactor.
+const INLINE_PAIRS: usize = 8;
+
+pub async fn tokenize(
+    state: &AppState,
+    model: &InfoResponse,
+    templates: &Templates,
+    inputs: Inputs,
+    options: &Options,
+) -> Result<Tokenized, ApiError> {
+    let truncation = Truncation {
+        max_length: max_input_length(
+            state.config.max_input_length,
+            templates.max_input_length,
+            model,
+        ),
+        enabled: options.truncate,
+        direction: options.direction,
+    };
+    match inputs {
+        Inputs::Texts(texts) => {
+            let texts = match templates.prefix(options.prompt_name.as_deref())? {
+                Some(prefix) => texts.into_iter().map(|t| format!("{prefix}{t}")).collect(),
+                None => texts,
+            };
+            tokenize_texts(&state.tokenizer, texts, truncation).await
+        }
+        Inputs::Ids(ids) => check_ids(ids, truncation, model.vocab_size),
+        Inputs::Pairs { query, texts } => {
+            if texts.len() <= INLINE_PAIRS {
+                return encode_pairs(&state.tokenizer, &query, &texts, truncation);
+            }
+            let tokenizer = Arc::clone(&state.tokenizer);
+            tokio::task::spawn_blocking(move || {
+                encode_pairs(&tokenizer, &query, &texts, truncation)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+        }
+    }
+}
+
+/// The longest input: the model's maximum, lowered by the flag and the
+/// templates file when they set a cap.
+fn max_input_length(flag: usize, file: Option<usize>, model: &InfoResponse) -> usize {
+    let mut max = model.max_input_length as usize;
+    if flag > 0 {
+        max = max.min(flag);
+    }
+    if let Some(cap) = file {
+        max = max.min(cap);
+    }
+    max
+}
+
+/// Cross-encoder inputs: `[CLS] query [SEP] text [SEP]` (or the model's
+/// equivalent); when too long, the longer side loses tokens first.
+fn encode_pairs(
+    tokenizer: &Tokenizer,
+    query: &str,
+    texts: &[String],
+    truncation: Truncation,
+) -> Result<Tokenized, ApiError> {
+    let opts = EncodeOptions {
+        add_special_tokens: true,
+        max_length: Some(truncation.max_length),
+        direction: truncation.direction,
+    };
+    let mut out = Tokenized::default();
+    for (i, text) in texts.iter().enumerate() {
+        let enc = tokenizer
+            .encode_pair(query, text, &opts)
+            .map_err(|e| ApiError::Internal(format!("texts[{i}]: {e}")))?;
+        if enc.truncated() && !truncation.enabled {
+            return Err(ApiError::validation(
+                "texts",
+                format!(
+                    "the query and texts[{i}] have {} tokens together but the model accepts at most {}; \
+                     shorten them or allow truncation",
+                    enc.untruncated_len, truncation.max_length
+                ),
+            ));
+        }
+        out.token_ids.extend_from_slice(&enc.ids);
+        out.lengths.push(enc.ids.len() as u32);
+    }
+    Ok(out)
+}
+
+/// Token-id inputs get the same checks and errors as text (Tulip checks
+/// again: it never trusts its callers).
+fn check_ids(
+    ids: Vec<Vec<u32>>,
+    truncation: Truncation,
+    vocab_size: u32,
+) -> Result<Tokenized, ApiError> {
+    let mut out = Tokenized::default();
+    for (i, seq) in ids.iter().enumerate() {
+        if seq.is_empty() {
+            return Err(ApiError::validation(
+                "input",
+                format!("input[{i}] is empty"),
+            ));
+        }
+        if let Some(&bad) = seq.iter().find(|&&t| t >= vocab_size) {
+            return Err(ApiError::validation(
+                "input",
+                format!("input[{i}] has token id {bad}, outside the vocabulary of {vocab_size}"),
+            ));
+        }
+        let keep = if seq.len() <= truncation.max_length {
+            &seq[..]
+        } else if !truncation.enabled {
+            return Err(ApiError::validation(
+                "input",
+                format!(
+                    "input[{i}] has {} tokens but the model accepts at most {}; shorten it or allow truncation",
+                    seq.len(),
+                    truncation.max_length
+                ),
+            ));
+        } else {
+            match truncation.direction {
+                Direction::Right => &seq[..truncation.max_length],
+                Direction::Left => &seq[seq.len() - truncation.max_length..],
+            }
+        };
+        out.token_ids.extend_from_slice(keep);
+        out.lengths.push(keep.len() as u32);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trunc(max: usize, enabled: bool, direction: Direction) -> Truncation {
+        Truncation {
+            max_length: max,
+            enabled,
+            direction,
+        }
+    }
+
+    #[test]
+    fn ids_are_checked_and_truncated() {
+        let t = check_ids(
+            vec![vec![1, 2, 3, 4], vec![5]],
+            trunc(3, true, Direction::Left),
+            10,
+        )
+        .unwrap();
+        assert_eq!((t.token_ids, t.lengths), (vec![2, 3, 4, 5], vec![3, 1]));
+        assert!(check_ids(
+            vec![vec![1, 2, 3, 4]],
+            trunc(3, false, Direction::Right),
+            10
+        )
+        .is_err());
+        assert!(check_ids(vec![vec![11]], trunc(3, true, Direction::Right), 10).is_err());
+        assert!(check_ids(vec![vec![]], trunc(3, true, Direction::Right), 10).is_err());
+    }
+
+    #[test]
+    fn caps_only_lower_the_model_maximum() {
+        let model = InfoResponse {
+            max_input_length: 512,
+            ..Default::default()
+        };
+        assert_eq!(max_input_length(0, None, &model), 512);
+        assert_eq!(max_input_length(1000, None, &model), 512);
+        assert_eq!(max_input_length(256, Some(128), &model), 128);
+        assert_eq!(max_input_length(0, Some(300), &model), 300);
+    }
+}

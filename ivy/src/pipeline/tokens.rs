@@ -1,0 +1,119 @@
+//! The tokenize pipeline (`/tokenize`, gRPC `Tokenize`): what the model
+//! would see for each input, template included, with byte offsets. Nothing
+//! is truncated and no replica is involved.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ivy_tokenizer::{EncodeOptions, Tokenizer};
+
+use super::guarded;
+use crate::error::ApiError;
+use crate::metrics::Stage;
+use crate::state::AppState;
+
+/// Inputs beyond this many are tokenized on a blocking thread.
+const INLINE_INPUTS: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    pub id: u32,
+    /// The slice of the input the token covers, or the special token's text.
+    pub text: String,
+    pub special: bool,
+    /// Byte offsets into the templated input; `None` for special tokens.
+    pub start: Option<u32>,
+    pub stop: Option<u32>,
+}
+
+pub struct TokenizeJob {
+    pub inputs: Vec<String>,
+    pub add_special_tokens: bool,
+    pub prompt_name: Option<String>,
+}
+
+pub async fn run(
+    state: &AppState,
+    job: TokenizeJob,
+    deadline: Instant,
+) -> Result<Vec<Vec<Token>>, ApiError> {
+    guarded(state, deadline, async {
+        if job.inputs.is_empty() {
+            return Err(ApiError::Empty("the request has no inputs".into()));
+        }
+        if job.inputs.len() > state.config.max_inputs {
+            return Err(ApiError::validation(
+                "inputs",
+                format!(
+                    "{} inputs exceed the limit of {} per request; split the request",
+                    job.inputs.len(),
+                    state.config.max_inputs
+                ),
+            ));
+        }
+        let started = Instant::now();
+        let templates = state.templates.get();
+        let inputs = match templates.prefix(job.prompt_name.as_deref())? {
+            Some(p) => job.inputs.into_iter().map(|t| format!("{p}{t}")).collect(),
+            None => job.inputs,
+        };
+        let add = job.add_special_tokens;
+        let out = if inputs.len() <= INLINE_INPUTS {
+            tokens_of(&state.tokenizer, &inputs, add)
+        } else {
+            let tokenizer = Arc::clone(&state.tokenizer);
+            tokio::task::spawn_blocking(move || tokens_of(&tokenizer, &inputs, add))
+                .await
+                .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+        };
+        state.metrics.stage(Stage::Tokenize, started.elapsed());
+        out
+    })
+    .await
+}
+
+fn tokens_of(
+    tokenizer: &Tokenizer,
+    inputs: &[String],
+    add_special_tokens: bool,
+) -> Result<Vec<Vec<Token>>, ApiError> {
+    let opts = EncodeOptions {
+        add_special_tokens,
+        max_length: None,
+        ..Default::default()
+    };
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let enc = tokenizer
+                .encode(text, &opts)
+                .map_err(|e| ApiError::Internal(format!("input[{i}]: {e}")))?;
+            Ok((0..enc.ids.len())
+                .map(|k| {
+                    let id = enc.ids[k];
+                    let (start, stop) = enc.offsets[k];
+                    let slice = text
+                        .get(start as usize..stop as usize)
+                        .filter(|s| !s.is_empty());
+                    match (enc.special[k], slice) {
+                        (false, Some(s)) => Token {
+                            id,
+                            text: s.to_string(),
+                            special: false,
+                            start: Some(start),
+                            stop: Some(stop),
+                        },
+                        (special, _) => Token {
+                            id,
+                            text: tokenizer.id_to_token(id).unwrap_or_default(),
+                            special,
+                            start: None,
+                            stop: None,
+                        },
+                    }
+                })
+                .collect())
+        })
+        .collect()
+}

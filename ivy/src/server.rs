@@ -1,0 +1,127 @@
+//! Start-up and shutdown: build the shared state, start discovery, health
+//! checks and template watchers, serve HTTP and gRPC, and on SIGTERM drain:
+//! refuse new work, let in-flight requests finish (up to --drain-timeout),
+//! then exit.
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+
+use ivy_tokenizer::Tokenizer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::auth::ApiKey;
+use crate::config::Config;
+use crate::discovery::{self, Source};
+use crate::limits::Admission;
+use crate::metrics::Metrics;
+use crate::replicas::ReplicaSet;
+use crate::state::Gateway;
+use crate::templates::TemplateStore;
+use crate::{balancer, grpc, health, http};
+
+pub async fn run(config: Config) -> Result<(), String> {
+    let metrics = Arc::new(Metrics::new());
+    let tokenizer = Tokenizer::from_file(&config.tokenizer).map_err(|e| e.to_string())?;
+    let templates = Arc::new(TemplateStore::open(
+        config.config.clone(),
+        Arc::clone(&metrics),
+    )?);
+    let replicas = Arc::new(ReplicaSet::default());
+    let source = match &config.tulip_dns {
+        Some(target) => Source::Dns {
+            target: target.clone(),
+            interval: config.dns_interval,
+        },
+        None => Source::Static(config.tulip.clone()),
+    };
+    discovery::start(source, Arc::clone(&replicas)).await?;
+    health::spawn(Arc::clone(&replicas), config.health_interval);
+    templates.spawn_watchers();
+
+    let http_listener = bind(&config.host, config.port).await?;
+    let grpc_listener = bind(&config.host, config.grpc_port).await?;
+    tracing::info!(
+        http = %format!("{}:{}", config.host, config.port),
+        grpc = %format!("{}:{}", config.host, config.grpc_port),
+        replicas = ?config.tulip, dns = ?config.tulip_dns, balance = ?config.balance,
+        chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(), "ivy listening"
+    );
+    let state = Arc::new(Gateway {
+        admission: Admission::new(config.max_concurrent_requests),
+        policy: balancer::policy(config.balance),
+        api_key: ApiKey::new(config.api_key.clone()),
+        tokenizer: Arc::new(tokenizer),
+        replicas,
+        templates,
+        metrics,
+        config,
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let mut http = tokio::spawn(
+        axum::serve(http_listener, http::router(Arc::clone(&state)))
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
+    );
+    let mut grpc = tokio::spawn(grpc::serve(
+        Arc::clone(&state),
+        grpc_listener,
+        stopped(stop_rx),
+    ));
+
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        r = &mut http => return Err(format!("the HTTP server stopped: {r:?}")),
+        r = &mut grpc => return Err(format!("the gRPC server stopped: {r:?}")),
+    }
+    let in_flight = state.admission.in_flight();
+    tracing::info!(in_flight, timeout = ?state.config.drain_timeout, "draining: refusing new work, finishing in-flight requests");
+    state.admission.start_draining();
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(state.config.drain_timeout, async {
+        let _ = http.await;
+        let _ = grpc.await;
+    })
+    .await;
+    match drained {
+        Ok(()) => tracing::info!("drained; exiting"),
+        Err(_) => tracing::warn!(
+            in_flight = state.admission.in_flight(),
+            "drain timeout; exiting with requests in flight"
+        ),
+    }
+    Ok(())
+}
+
+async fn bind(host: &str, port: u16) -> Result<TcpListener, String> {
+    let addr = format!("{host}:{port}");
+    TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
