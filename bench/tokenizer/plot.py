@@ -21,7 +21,7 @@ def main(path: str) -> None:
     data = json.loads(src.read_text())
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for ax, turns in zip(axes, ("rounds", "calls")):
-        rows = [r for r in data["results"] if r["turns"] == turns]
+        rows = [r for r in data["results"] + data.get("results_call_by_call", []) if r["turns"] == turns]
         names = [r["workload"] for r in rows]
         x = range(len(rows))
         ours = [r["ours"]["p50_us"] for r in rows]
