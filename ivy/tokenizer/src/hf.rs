@@ -1,15 +1,18 @@
-//! The Hugging Face `tokenizers` crate behind Ivy's interface.
+//! The Hugging Face `tokenizers` crate behind Ivy's interface, for files the
+//! in-house pipeline does not implement.
 
-use tokenizers::utils::truncation::{
-    truncate_encodings, TruncationDirection, TruncationParams, TruncationStrategy,
-};
+use std::collections::HashSet;
 
+use tokenizers::utils::truncation::TruncationDirection;
 use tokenizers::PostProcessor;
 
+use crate::postprocess::longest_first;
 use crate::{Direction, EncodeOptions, Encoding, Error, Result};
 
 pub(crate) struct HfTokenizer {
     inner: tokenizers::Tokenizer,
+    /// Ids of the added tokens: their splits never stop tokenization early.
+    added_ids: HashSet<u32>,
 }
 
 impl HfTokenizer {
@@ -22,7 +25,8 @@ impl HfTokenizer {
             .with_truncation(None)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         inner.with_padding(None);
-        Ok(Self { inner })
+        let added_ids = inner.get_added_tokens_decoder().keys().copied().collect();
+        Ok(Self { inner, added_ids })
     }
 
     pub(crate) fn encode(
@@ -46,16 +50,21 @@ impl HfTokenizer {
         out.untruncated_len = first.len() + second.as_ref().map_or(0, |s| s.len()) + added;
         if let Some(max) = opts.max_length {
             if out.untruncated_len > max {
-                let params = TruncationParams {
-                    max_length: max.saturating_sub(added),
-                    strategy: TruncationStrategy::LongestFirst,
-                    stride: 0,
-                    direction: match opts.direction {
-                        Direction::Right => TruncationDirection::Right,
-                        Direction::Left => TruncationDirection::Left,
-                    },
+                let dir = opts.direction;
+                let capped_b = second.as_ref().map(|s| self.early_stop_len(s, max, dir));
+                let (ka, kb) = longest_first(
+                    self.early_stop_len(&first, max, dir),
+                    capped_b,
+                    max.saturating_sub(added),
+                );
+                let hf_dir = match dir {
+                    Direction::Right => TruncationDirection::Right,
+                    Direction::Left => TruncationDirection::Left,
                 };
-                (first, second) = truncate_encodings(first, second, &params).map_err(enc_err)?;
+                truncate(&mut first, ka, hf_dir);
+                if let Some(s) = second.as_mut() {
+                    truncate(s, kb, hf_dir);
+                }
             }
         }
         let done = self
@@ -63,11 +72,47 @@ impl HfTokenizer {
             .post_process(first, second, opts.add_special_tokens)
             .map_err(enc_err)?;
         out.ids.extend_from_slice(done.get_ids());
-        out.offsets
-            .extend(done.get_offsets().iter().map(|&(s, e)| (s as u32, e as u32)));
+        out.offsets.extend(
+            done.get_offsets()
+                .iter()
+                .map(|&(s, e)| (s as u32, e as u32)),
+        );
         out.special
             .extend(done.get_special_tokens_mask().iter().map(|&m| m != 0));
         Ok(())
+    }
+
+    /// The length Hugging Face's tokenizer reaches before truncating when
+    /// truncation is configured (it stops at the first model-produced word
+    /// that brings the count to `max`); see `Seq::early_stop_len`.
+    fn early_stop_len(&self, enc: &tokenizers::Encoding, max: usize, dir: Direction) -> usize {
+        // Consecutive tokens with the same word index form one split; a
+        // split of one added-token id came from the added vocabulary.
+        let words = enc.get_word_ids();
+        let ids = enc.get_ids();
+        let mut splits = Vec::new();
+        let mut start = 0;
+        for i in 1..=words.len() {
+            if i == words.len() || words[i] != words[start] {
+                let from_model = !(i - start == 1 && self.added_ids.contains(&ids[start]));
+                splits.push((i - start, from_model));
+                start = i;
+            }
+        }
+        let mut total = 0;
+        let mut visit = |&(n, from_model): &(usize, bool)| {
+            total += n;
+            from_model && total >= max
+        };
+        match dir {
+            Direction::Right => {
+                let _ = splits.iter().any(&mut visit);
+            }
+            Direction::Left => {
+                let _ = splits.iter().rev().any(&mut visit);
+            }
+        }
+        total
     }
 
     pub(crate) fn id_to_token(&self, id: u32) -> Option<String> {
@@ -82,5 +127,13 @@ impl HfTokenizer {
         self.inner
             .get_post_processor()
             .map_or(0, |p| p.added_tokens(pair))
+    }
+}
+
+fn truncate(enc: &mut tokenizers::Encoding, keep: usize, dir: TruncationDirection) {
+    if keep == 0 {
+        *enc = tokenizers::Encoding::default();
+    } else {
+        enc.truncate(keep, 0, dir);
     }
 }
