@@ -15,6 +15,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY proto proto
 COPY ivy ivy
 COPY tulip tulip
+COPY bench/tokenizer bench/tokenizer
 # The same command as `make ivy`; target/ lives in a cache mount, so the
 # binary is copied out within the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

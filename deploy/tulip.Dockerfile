@@ -27,6 +27,7 @@ COPY Cargo.toml Cargo.lock pyproject.toml ./
 COPY proto proto
 COPY ivy ivy
 COPY tulip tulip
+COPY bench/tokenizer bench/tokenizer
 COPY rose rose
 # `pip install .` builds this same wheel; here it is kept as a file so the
 # runtime stages install it without a Rust toolchain.
