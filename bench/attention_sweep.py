@@ -47,7 +47,7 @@ CPU_SHAPES = [
 ]
 GRIDS = {  # (sequences, mean length)
     "cuda": [(s, n) for s in (1, 4, 16, 64) for n in (64, 128, 512, 2048, 8192) if s * n <= 65536],
-    "cpu": [(s, n) for s in (1, 4, 16) for n in (16, 64, 256) if s * n <= 4096],
+    "cpu": [(s, n) for s in (1, 4, 16, 32, 64) for n in (16, 64, 256) if s * n <= 4096],  # Tulip CPU budget
     "dry": [(1, 16), (4, 32)],
 }
 

@@ -23,6 +23,8 @@ use crate::{balancer, grpc, health, http};
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
     let tokenizer = Tokenizer::from_file(&config.tokenizer).map_err(|e| e.to_string())?;
+    // Names the in-house model, or why the file fell back to `tokenizers`.
+    tracing::info!(path = %config.tokenizer.display(), backend = %tokenizer.backend(), "tokenizer loaded");
     let templates = Arc::new(TemplateStore::open(
         config.config.clone(),
         Arc::clone(&metrics),
