@@ -67,6 +67,9 @@ class AttentionBackend:
     capture_safe: bool = False
     # Largest step (in tokens) the backend should be given, if bounded.
     max_tokens: int | None = None
+    # Pads every sequence to the longest: its cost follows sequences x
+    # longest, not the real tokens.
+    pads_to_longest: bool = False
 
     def supports(self, shape: AttnShape, device: torch.device, dtype: torch.dtype) -> bool:
         return True

@@ -48,8 +48,11 @@ class SelectingBackend(AttentionBackend):
     name = "auto"
 
     def __init__(self, backends: list[AttentionBackend], table: SelectionTable, shape: AttnShape,
-                 dtype: torch.dtype):
+                 dtype: torch.dtype, device: torch.device | None = None):
         self.backends = {b.name: b for b in backends}  # in DEFAULT_ORDER
+        # Eager CPU steps see their real lengths; under CUDA graphs a bucket
+        # must keep the backend it was warmed up and captured with.
+        self.skew_aware = device is not None and torch.device(device).type == "cpu"
         self.default = backends[0]
         self.table = table
         self.shape = shape
@@ -61,15 +64,21 @@ class SelectingBackend(AttentionBackend):
             b.bind(shape, device, dtype)
 
     @functools.lru_cache(maxsize=4096)
-    def choose(self, tokens: int, sequences: int) -> AttentionBackend:
-        fits = {n: b for n, b in self.backends.items() if b.max_tokens is None or tokens <= b.max_tokens}
+    def choose(self, tokens: int, sequences: int, skewed: bool = False) -> AttentionBackend:
+        """``skewed``: padding to the longest would more than double the
+        work, which the table's cells (lengths within 0.5-1.5x of their
+        mean) never measured, so padding backends are left out."""
+        fits = {n: b for n, b in self.backends.items()
+                if (b.max_tokens is None or tokens <= b.max_tokens) and not (skewed and b.pads_to_longest)}
         for name in self.table.rank(self.shape, self.dtype, tokens, sequences):
             if name in fits:
                 return fits[name]
         return next(iter(fits.values()), self.default)
 
     def plan(self, cu_seqlens, lengths, max_seqlen, causal) -> AttnPlan:
-        return self.choose(sum(lengths), len(lengths)).plan(cu_seqlens, lengths, max_seqlen, causal)
+        tokens = sum(lengths)
+        skewed = self.skew_aware and len(lengths) * max_seqlen > 2 * tokens
+        return self.choose(tokens, len(lengths), skewed).plan(cu_seqlens, lengths, max_seqlen, causal)
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         return plan.backend.attend(q, k, v, plan, scale)
@@ -99,6 +108,6 @@ def select_backend(
         usable = [b for b in usable if b.capture_safe]
     if table is None:
         table = SelectionTable.load(device_kind(device))
-    chosen = usable[0] if len(usable) == 1 else SelectingBackend(usable, table, shape, dtype)
+    chosen = usable[0] if len(usable) == 1 else SelectingBackend(usable, table, shape, dtype, device)
     chosen.bind(shape, device, dtype)
     return chosen

@@ -101,6 +101,7 @@ class _PaddedLayout:
 class PaddedSdpaBackend(AttentionBackend):
     name = "sdpa_padded"
     capture_safe = True
+    pads_to_longest = True
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         if plan.extra is None:  # built once per step, shared by all layers

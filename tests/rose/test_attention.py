@@ -7,6 +7,7 @@ elsewhere."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 
@@ -147,6 +148,21 @@ def test_selecting_backend_switches_per_step():
     chosen = select_backend(shape, torch.device("cpu"), torch.float32, "auto", table=big)
     cu = torch.tensor([0, 8000], dtype=torch.int32)
     assert chosen.plan(cu, [8000], 8000, False).backend.name == "sdpa"
+
+
+def test_selection_leaves_padding_out_of_skewed_batches():
+    from rose.attention.selection import Cell
+
+    shape = AttnShape(4, 4, 64, False)
+    table = SelectionTable([Cell(4, 4, 64, False, "float32", 512, 32, ("sdpa_padded", "sdpa"))])
+    chosen = select_backend(shape, torch.device("cpu"), torch.float32, "auto", table=table)
+    even = [16] * 32
+    cu = torch.tensor([0] + list(itertools.accumulate(even)), dtype=torch.int32)
+    assert chosen.plan(cu, even, 16, False).backend.name == "sdpa_padded"
+    # One long sequence among short ones: padding would multiply the work.
+    skewed = [256] + [8] * 31
+    cu = torch.tensor([0] + list(itertools.accumulate(skewed)), dtype=torch.int32)
+    assert chosen.plan(cu, skewed, 256, False).backend.name == "sdpa"
 
 
 def test_committed_tables_are_well_formed():
