@@ -140,7 +140,8 @@ def test_draining_replica_finishes_its_work_and_gets_no_more(cluster, log_dir):
     # finishes the chunks it holds, then exits.
     stream_while(ivy, batch, want, leaving, lambda t: t.signal(signal.SIGTERM))
     assert leaving.proc.wait(60) == 0
-    # Taken out by its health answer while it drained, not only by failures.
+    # Marked draining (by its health answer, or by a refused call that says
+    # it drains), not lost.
     assert f'replica={leaving.url} from="serving" to="draining"' in ivy.log()
     assert series(ivy, "ivy_replica_up", leaving) == 0
     assert series(ivy, "ivy_replica_inflight_tokens", leaving) == 0

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use proto::tulip::v1::tulip_client::TulipClient;
-use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
+use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse, DRAINING_METADATA};
 use tokio::sync::{watch, Notify};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -251,7 +251,16 @@ impl Replica {
             // Connection lost, refused, reset, or the replica is draining:
             // no new work until a health check says SERVING again.
             Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => {
-                self.set_health(Health::Down, msg, false);
+                let draining = status.metadata().contains_key(DRAINING_METADATA);
+                self.set_health(
+                    if draining {
+                        Health::Draining
+                    } else {
+                        Health::Down
+                    },
+                    msg,
+                    false,
+                );
                 AttemptError::Retry(ApiError::Unavailable(format!(
                     "Tulip replica {} is unavailable: {msg}",
                     self.url
@@ -390,6 +399,21 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &now[0]) && now[0].is_routable());
         assert_eq!(now[1].health(), Health::Unknown);
         assert!(set.set_targets(&["not a url".into()]).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_refusal_that_says_draining_is_not_a_lost_replica() {
+        let r = Replica::new("http://10.0.0.1:7070").unwrap();
+        r.set_health(Health::Serving, "test", false);
+        let mut draining = tonic::Status::unavailable("server is draining");
+        draining
+            .metadata_mut()
+            .insert(DRAINING_METADATA, "1".parse().unwrap());
+        assert!(matches!(r.classify(draining), AttemptError::Retry(_)));
+        assert_eq!(r.health(), Health::Draining);
+        r.set_health(Health::Serving, "test", false);
+        let _ = r.classify(tonic::Status::unavailable("tcp connect error"));
+        assert_eq!(r.health(), Health::Down);
     }
 
     #[test]

@@ -4,6 +4,11 @@
 pub mod tulip {
     pub mod v1 {
         tonic::include_proto!("tulip.v1");
+
+        /// Metadata key on an `UNAVAILABLE` status from a Tulip that is
+        /// draining (alive, finishing its work, taking no more), so that a
+        /// caller tells it apart from a lost connection.
+        pub const DRAINING_METADATA: &str = "tulip-draining";
     }
 }
 

@@ -30,7 +30,9 @@ pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
             s.request.fail(e.clone());
         }
     }
-    metrics.step_seconds.observe(step.launched.elapsed().as_secs_f64());
+    metrics
+        .step_seconds
+        .observe(step.launched.elapsed().as_secs_f64());
     pool.finish_step(Some(step.output));
     metrics.inflight_steps.set(pool.inflight() as i64);
 }
@@ -67,13 +69,24 @@ fn put(seq: &SeqRef, rows: &[f32], cols: usize) {
     if p.reply.is_none() {
         return; // already failed or answered
     }
-    p.output.put(seq.index, rows, cols, req.sequence(seq.index), req.raw_scores);
+    p.output.put(
+        seq.index,
+        rows,
+        cols,
+        req.sequence(seq.index),
+        req.raw_scores,
+    );
     p.remaining -= 1;
     if p.remaining > 0 {
         return;
     }
     let now = Instant::now();
-    let output = std::mem::replace(&mut p.output, Accumulator::Sparse { per_seq: Vec::new() });
+    let output = std::mem::replace(
+        &mut p.output,
+        Accumulator::Sparse {
+            per_seq: Vec::new(),
+        },
+    );
     let mut resp = output.finish(req.kind, req.num_sequences());
     resp.tokens = req.token_ids.len() as u64;
     let micros = |from: Option<Instant>, to: Instant| {

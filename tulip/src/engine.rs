@@ -86,7 +86,10 @@ pub struct HostBatch {
 
 impl HostBatch {
     /// Builds the arena from `(token ids, dimensions, normalize)` per sequence.
-    pub fn build<'a>(kind: Kind, seqs: impl ExactSizeIterator<Item = (&'a [u32], u32, bool)> + Clone) -> Self {
+    pub fn build<'a>(
+        kind: Kind,
+        seqs: impl ExactSizeIterator<Item = (&'a [u32], u32, bool)> + Clone,
+    ) -> Self {
         let n = seqs.len();
         let t: usize = seqs.clone().map(|s| s.0.len()).sum();
         let words = 3 * t + (n + 1) + 3 * n;
@@ -106,7 +109,10 @@ impl HostBatch {
             total += ids.len() as u32;
             a.push(total);
         }
-        a.extend(seqs.clone().map(|(ids, _, _)| (1.0f32 / ids.len() as f32).to_bits()));
+        a.extend(
+            seqs.clone()
+                .map(|(ids, _, _)| (1.0f32 / ids.len() as f32).to_bits()),
+        );
         a.extend(seqs.clone().map(|(_, dims, _)| dims));
         a.extend(seqs.map(|(_, _, norm)| u32::from(norm)));
         debug_assert_eq!(a.len(), words);
@@ -165,8 +171,9 @@ impl EngineHandle {
         let kinds = kinds
             .iter()
             .map(|k| {
-                Kind::from_name(k)
-                    .ok_or_else(|| PyValueError::new_err(format!("engine reports unknown kind {k:?}")))
+                Kind::from_name(k).ok_or_else(|| {
+                    PyValueError::new_err(format!("engine reports unknown kind {k:?}"))
+                })
             })
             .collect::<PyResult<Vec<_>>>()?;
         Ok(ModelInfo {
@@ -191,7 +198,12 @@ impl EngineHandle {
         let result = (|| -> PyResult<LazyOutput> {
             let pybatch = self.batch_type.bind(py).call_method1(
                 "from_arena",
-                (PyByteArray::new(py, &batch.arena), batch.sequences, batch.tokens, kind.as_str()),
+                (
+                    PyByteArray::new(py, &batch.arena),
+                    batch.sequences,
+                    batch.tokens,
+                    kind.as_str(),
+                ),
             )?;
             let lazy = self.engine.bind(py).call_method1("step", (pybatch,))?;
             let optional = |name: &str| lazy.getattr(name).ok();
@@ -200,8 +212,12 @@ impl EngineHandle {
                 .map_or(Mode::Eager, |m| Mode::from_name(&m));
             Ok(LazyOutput {
                 mode,
-                padded_tokens: optional("padded_tokens").and_then(|v| v.extract().ok()).unwrap_or(0),
-                capture_seconds: optional("capture_seconds").and_then(|v| v.extract().ok()).unwrap_or(0.0),
+                padded_tokens: optional("padded_tokens")
+                    .and_then(|v| v.extract().ok())
+                    .unwrap_or(0),
+                capture_seconds: optional("capture_seconds")
+                    .and_then(|v| v.extract().ok())
+                    .unwrap_or(0.0),
                 ptr: lazy.call_method0("host_ptr")?.extract()?,
                 rows: lazy.getattr("rows")?.extract()?,
                 cols: lazy.getattr("cols")?.extract()?,
@@ -227,7 +243,14 @@ fn python_error(py: Python<'_>, e: PyErr) -> TulipError {
     if e.is_instance_of::<PyValueError>(py) {
         TulipError::InvalidArgument(e.value(py).to_string())
     } else {
-        let msg = format!("{}: {}", e.get_type(py).name().map(|n| n.to_string()).unwrap_or_default(), e.value(py));
+        let msg = format!(
+            "{}: {}",
+            e.get_type(py)
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default(),
+            e.value(py)
+        );
         tracing::error!(error = %msg, "engine step failed");
         TulipError::Engine(msg)
     }
@@ -238,7 +261,10 @@ mod tests {
     use super::*;
 
     fn words(b: &HostBatch) -> Vec<u32> {
-        b.arena.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+        b.arena
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     #[test]

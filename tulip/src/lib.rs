@@ -52,7 +52,9 @@ fn serve(
 ) -> PyResult<()> {
     init_logging(&log);
     if !(drain_timeout.is_finite() && drain_timeout >= 0.0) {
-        return Err(PyValueError::new_err("drain_timeout must be a non-negative number of seconds"));
+        return Err(PyValueError::new_err(
+            "drain_timeout must be a non-negative number of seconds",
+        ));
     }
     let config = ServeConfig {
         host,
@@ -73,7 +75,8 @@ fn serve(
 /// thread performs. 0 means "no event" and returns at once.
 #[pyfunction]
 fn wait_event(py: Python<'_>, handle: usize) -> PyResult<()> {
-    py.detach(|| cuda::wait(handle)).map_err(pyo3::exceptions::PyRuntimeError::new_err)
+    py.detach(|| cuda::wait(handle))
+        .map_err(pyo3::exceptions::PyRuntimeError::new_err)
 }
 
 fn init_logging(filter: &str) {

@@ -137,22 +137,82 @@ impl Metrics {
             draining: Gauge::default(),
             registry: Registry::default(),
         };
-        r.register("tulip_requests", "Embed requests by gRPC status", m.requests.clone());
-        r.register("tulip_request_duration_seconds", "Embed request time in Tulip", m.request_seconds.clone());
-        r.register("tulip_queue_duration_seconds", "Time from arrival until a request's last sequence was batched", m.queue_seconds.clone());
-        r.register("tulip_inference_duration_seconds", "Time from a request's first launch until its last row was on the host", m.inference_seconds.clone());
-        r.register("tulip_step_duration_seconds", "Engine step time, launch to rows on the host", m.step_seconds.clone());
-        r.register("tulip_batch_tokens", "Real tokens per engine step", m.batch_tokens.clone());
-        r.register("tulip_batch_sequences", "Sequences per engine step", m.batch_sequences.clone());
+        r.register(
+            "tulip_requests",
+            "Embed requests by gRPC status",
+            m.requests.clone(),
+        );
+        r.register(
+            "tulip_request_duration_seconds",
+            "Embed request time in Tulip",
+            m.request_seconds.clone(),
+        );
+        r.register(
+            "tulip_queue_duration_seconds",
+            "Time from arrival until a request's last sequence was batched",
+            m.queue_seconds.clone(),
+        );
+        r.register(
+            "tulip_inference_duration_seconds",
+            "Time from a request's first launch until its last row was on the host",
+            m.inference_seconds.clone(),
+        );
+        r.register(
+            "tulip_step_duration_seconds",
+            "Engine step time, launch to rows on the host",
+            m.step_seconds.clone(),
+        );
+        r.register(
+            "tulip_batch_tokens",
+            "Real tokens per engine step",
+            m.batch_tokens.clone(),
+        );
+        r.register(
+            "tulip_batch_sequences",
+            "Sequences per engine step",
+            m.batch_sequences.clone(),
+        );
         r.register("tulip_tokens", "Real tokens processed", m.tokens.clone());
-        r.register("tulip_padded_tokens", "Filler tokens computed to reach a graph bucket", m.padded_tokens.clone());
-        r.register("tulip_steps", "Engine steps by how they ran (eager, warmup, capture, replay)", m.steps.clone());
-        r.register("tulip_graphs_captured", "CUDA graphs captured", m.graphs_captured.clone());
-        r.register("tulip_graph_capture_duration_seconds", "Time to capture one CUDA graph", m.capture_seconds.clone());
-        r.register("tulip_inflight_steps", "Engine steps launched and not yet completed", m.inflight_steps.clone());
-        r.register("tulip_queued_sequences", "Sequences waiting for a batch", m.queued_sequences.clone());
-        r.register("tulip_active_requests", "Embed requests being answered", m.active_requests.clone());
-        r.register("tulip_draining", "1 while the server drains before stopping", m.draining.clone());
+        r.register(
+            "tulip_padded_tokens",
+            "Filler tokens computed to reach a graph bucket",
+            m.padded_tokens.clone(),
+        );
+        r.register(
+            "tulip_steps",
+            "Engine steps by how they ran (eager, warmup, capture, replay)",
+            m.steps.clone(),
+        );
+        r.register(
+            "tulip_graphs_captured",
+            "CUDA graphs captured",
+            m.graphs_captured.clone(),
+        );
+        r.register(
+            "tulip_graph_capture_duration_seconds",
+            "Time to capture one CUDA graph",
+            m.capture_seconds.clone(),
+        );
+        r.register(
+            "tulip_inflight_steps",
+            "Engine steps launched and not yet completed",
+            m.inflight_steps.clone(),
+        );
+        r.register(
+            "tulip_queued_sequences",
+            "Sequences waiting for a batch",
+            m.queued_sequences.clone(),
+        );
+        r.register(
+            "tulip_active_requests",
+            "Embed requests being answered",
+            m.active_requests.clone(),
+        );
+        r.register(
+            "tulip_draining",
+            "1 while the server drains before stopping",
+            m.draining.clone(),
+        );
         Arc::new(Self { registry: r, ..m })
     }
 
@@ -179,10 +239,21 @@ mod tests {
     fn renders_registered_metrics() {
         let m = Metrics::new();
         m.observe_request(Code::InvalidArgument, Duration::from_millis(2));
-        m.steps.get_or_create(&ModeLabel { mode: Mode::Replay }).inc();
+        m.steps
+            .get_or_create(&ModeLabel { mode: Mode::Replay })
+            .inc();
         let text = m.render();
-        assert!(text.contains("tulip_requests_total{code=\"invalid_argument\"} 1"), "{text}");
-        assert!(text.contains("tulip_steps_total{mode=\"replay\"} 1"), "{text}");
-        assert!(text.contains("tulip_request_duration_seconds_count 1"), "{text}");
+        assert!(
+            text.contains("tulip_requests_total{code=\"invalid_argument\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tulip_steps_total{mode=\"replay\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tulip_request_duration_seconds_count 1"),
+            "{text}"
+        );
     }
 }

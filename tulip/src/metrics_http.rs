@@ -12,7 +12,11 @@ use axum::Router;
 
 use crate::metrics::Metrics;
 
-pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, stop: impl std::future::Future<Output = ()> + Send + 'static) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) {
     let app = Router::new()
         .route(
             "/metrics",
@@ -20,7 +24,10 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, sto
                 let m = Arc::clone(&metrics);
                 async move {
                     (
-                        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
                         m.render(),
                     )
                         .into_response()
@@ -29,7 +36,10 @@ pub async fn serve(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, sto
         )
         .route("/health", get(|| async { "ok" }));
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stop).await {
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+    {
         tracing::warn!(?addr, error = %e, "metrics server error");
     }
 }

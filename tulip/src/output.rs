@@ -55,7 +55,14 @@ impl Accumulator {
 
     /// Stores sequence `index`'s engine rows (`cols` floats each).
     /// `tokens` are its token ids (sparse weights are per token).
-    pub fn put(&mut self, index: usize, rows: &[f32], cols: usize, tokens: &[u32], raw_scores: bool) {
+    pub fn put(
+        &mut self,
+        index: usize,
+        rows: &[f32],
+        cols: usize,
+        tokens: &[u32],
+        raw_scores: bool,
+    ) {
         match self {
             Self::Scores { data } => {
                 // Score rows are (raw, activated).
@@ -104,7 +111,10 @@ impl Accumulator {
             }
             Self::Rows { dim, per_seq } => {
                 resp.dim = dim as u32;
-                resp.row_counts = per_seq.iter().map(|r| (r.len() / (dim * 4).max(1)) as u32).collect();
+                resp.row_counts = per_seq
+                    .iter()
+                    .map(|r| (r.len() / (dim * 4).max(1)) as u32)
+                    .collect();
                 resp.rows = resp.row_counts.iter().sum();
                 resp.data = Bytes::from(per_seq.concat());
             }
@@ -143,7 +153,9 @@ mod tests {
     use super::*;
 
     fn floats(b: &[u8]) -> Vec<f32> {
-        b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
     }
 
     #[test]

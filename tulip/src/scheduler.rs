@@ -85,8 +85,13 @@ fn record_step(metrics: &Metrics, seqs: &[SeqRef], output: &LazyOutput) {
     metrics.batch_tokens.observe(tokens as f64);
     metrics.batch_sequences.observe(seqs.len() as f64);
     metrics.tokens.inc_by(tokens as u64);
-    metrics.padded_tokens.inc_by(output.padded_tokens.saturating_sub(tokens) as u64);
-    metrics.steps.get_or_create(&ModeLabel { mode: output.mode }).inc();
+    metrics
+        .padded_tokens
+        .inc_by(output.padded_tokens.saturating_sub(tokens) as u64);
+    metrics
+        .steps
+        .get_or_create(&ModeLabel { mode: output.mode })
+        .inc();
     if output.mode == Mode::Capture {
         metrics.graphs_captured.inc();
         metrics.capture_seconds.observe(output.capture_seconds);
@@ -112,7 +117,12 @@ fn host_batch(seqs: &[SeqRef]) -> HostBatch {
     let kind = seqs.first().map_or(Kind::Dense, |s| s.request.kind);
     HostBatch::build(
         kind,
-        seqs.iter()
-            .map(|s| (s.request.sequence(s.index), s.request.dimensions, s.request.normalize)),
+        seqs.iter().map(|s| {
+            (
+                s.request.sequence(s.index),
+                s.request.dimensions,
+                s.request.normalize,
+            )
+        }),
     )
 }

@@ -27,7 +27,12 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 /// How long the gRPC server may take to close its connections at the end.
 const SERVER_STOP: Duration = Duration::from_secs(5);
 
-pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: ServeConfig) -> PyResult<()> {
+pub fn serve(
+    py: Python<'_>,
+    engine: Py<PyAny>,
+    batch_type: Py<PyAny>,
+    config: ServeConfig,
+) -> PyResult<()> {
     config.check().map_err(PyValueError::new_err)?;
     let engine = EngineHandle::new(engine, batch_type);
     let model = Arc::new(engine.info(py)?);
@@ -40,7 +45,12 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
     }
     let addr: SocketAddr = format!("{}:{}", config.host, config.port)
         .parse()
-        .map_err(|e| PyValueError::new_err(format!("invalid listen address {}:{}: {e}", config.host, config.port)))?;
+        .map_err(|e| {
+            PyValueError::new_err(format!(
+                "invalid listen address {}:{}: {e}",
+                config.host, config.port
+            ))
+        })?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -58,12 +68,18 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
             Some(
                 runtime
                     .block_on(tokio::net::TcpListener::bind(addr))
-                    .map_err(|e| PyOSError::new_err(format!("cannot listen on {addr} (metrics): {e}")))?,
+                    .map_err(|e| {
+                        PyOSError::new_err(format!("cannot listen on {addr} (metrics): {e}"))
+                    })?,
             )
         }
     };
     let metrics = Metrics::new();
-    let pool = Arc::new(Pool::new(config.max_batch_tokens, config.max_batch_sequences, config.max_inflight));
+    let pool = Arc::new(Pool::new(
+        config.max_batch_tokens,
+        config.max_batch_sequences,
+        config.max_inflight,
+    ));
     let (done_tx, done_rx) = mpsc::channel();
     let threads = [
         spawn("tulip-scheduler", {
@@ -139,7 +155,9 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
     metrics.draining.set(1);
     runtime.block_on(async {
         health.set_not_serving::<TulipServer<TulipService>>().await;
-        health.set_service_status("", ServingStatus::NotServing).await;
+        health
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
     });
     py.detach(|| {
         let deadline = Instant::now() + config.drain_timeout;
@@ -148,7 +166,10 @@ pub fn serve(py: Python<'_>, engine: Py<PyAny>, batch_type: Py<PyAny>, config: S
         }
         let left = state.active.load(Ordering::SeqCst);
         if left > 0 {
-            tracing::warn!(requests = left, "drain timeout: failing requests still in flight");
+            tracing::warn!(
+                requests = left,
+                "drain timeout: failing requests still in flight"
+            );
         }
         let _ = stop_tx.send(());
         pool.shutdown();

@@ -42,23 +42,33 @@ impl Drop for ActiveGuard<'_> {
 impl TulipService {
     async fn run(&self, request: EmbedRequest) -> Result<EmbedResponse, TulipError> {
         if self.state.draining.load(Ordering::SeqCst) {
-            return Err(TulipError::Unavailable("server is draining; retry on another replica".into()));
+            return Err(TulipError::Unavailable(
+                "server is draining; retry on another replica".into(),
+            ));
         }
         let (tx, rx) = oneshot::channel();
         let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
         self.pool.submit(Arc::new(req))?;
-        rx.await
-            .unwrap_or_else(|_| Err(TulipError::Unavailable("request was dropped while the server stopped".into())))
+        rx.await.unwrap_or_else(|_| {
+            Err(TulipError::Unavailable(
+                "request was dropped while the server stopped".into(),
+            ))
+        })
     }
 }
 
 #[tonic::async_trait]
 impl Tulip for TulipService {
-    async fn embed(&self, request: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+    async fn embed(
+        &self,
+        request: Request<EmbedRequest>,
+    ) -> Result<Response<EmbedResponse>, Status> {
         let started = Instant::now();
         self.state.active.fetch_add(1, Ordering::SeqCst);
         let _active = ActiveGuard(&self.state.active);
-        self.metrics.active_requests.set(self.state.active.load(Ordering::SeqCst) as i64);
+        self.metrics
+            .active_requests
+            .set(self.state.active.load(Ordering::SeqCst) as i64);
         let result = self.run(request.into_inner()).await;
         let m = &self.metrics;
         m.observe_request(Code::of(&result.as_ref().map(|_| ())), started.elapsed());

@@ -148,7 +148,13 @@ mod tests {
     }
 
     fn run(req: EmbedRequest) -> Result<Checked, TulipError> {
-        check(&req, &model(), &Limits { max_request_sequences: 3 })
+        check(
+            &req,
+            &model(),
+            &Limits {
+                max_request_sequences: 3,
+            },
+        )
     }
 
     fn req(ids: Vec<u32>, lengths: Vec<u32>) -> EmbedRequest {

@@ -349,8 +349,10 @@ fn main() {
     // `results` holds the headline measurement (whole rounds, each
     // tokenizer in its own steady state, as criterion measures too); the
     // call-by-call variant is kept beside it.
-    let (rounds, calls): (Vec<Value>, Vec<Value>) =
-        results.iter().cloned().partition(|r| r["turns"] == "rounds");
+    let (rounds, calls): (Vec<Value>, Vec<Value>) = results
+        .iter()
+        .cloned()
+        .partition(|r| r["turns"] == "rounds");
     let doc = json!({
         "command": command,
         "machine": machine,
