@@ -10,6 +10,8 @@ a CUDA graph for a fixed bucket (token count, sequence count, max length).
 
 from __future__ import annotations
 
+import abc
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +61,7 @@ class AttnPlan:
         return sum(self.lengths)
 
 
-class AttentionBackend:
+class AttentionBackend(abc.ABC):
     """Base class: override ``attend``; ``supports`` and ``plan`` as needed."""
 
     name: str = "base"
@@ -81,11 +83,11 @@ class AttentionBackend:
     def plan(self, cu_seqlens: torch.Tensor, lengths: list[int], max_seqlen: int, causal: bool) -> AttnPlan:
         return AttnPlan(cu_seqlens, lengths, max_seqlen, causal, backend=self)
 
+    @abc.abstractmethod
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: AttnPlan, scale: float
     ) -> torch.Tensor:
         """q: [T, Hq, D]; k, v: [T, Hkv, D] → [T, Hq, D]."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<attention backend {self.name}>"
