@@ -53,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--model-id", help="name reported by Info (default: the directory name)")
     p.flag("--host", default="0.0.0.0", help="address to listen on")
     p.flag("--port", type=int, default=7070, help="gRPC port")
+    p.flag("--unix-socket", default="",
+           help="also serve gRPC on this Unix socket path (a co-located Ivy connects with "
+                "--tulip unix:///PATH, which skips the TCP stack)")
     p.flag("--metrics-port", type=int, default=7071, help="HTTP port for /metrics and /health (0 = off)")
     p.flag("--device", default="auto", help="cpu, cuda, cuda:N, or auto")
     p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
@@ -62,7 +65,11 @@ def parser() -> argparse.ArgumentParser:
                 "batches only thrash the caches)")
     p.flag("--max-batch-sequences", type=int, default=64, help="most sequences in one engine step")
     p.flag("--max-request-sequences", type=int, default=2048, help="most sequences in one request")
-    p.flag("--max-inflight", type=int, default=2, help="engine steps running at once (overlap depth)")
+    p.flag("--max-inflight", type=int, default=2,
+           help="engine steps running at once on a GPU (overlap depth; always 1 on the CPU)")
+    p.flag("--inline-steps", type=_bool, default=True,
+           help="a request that finds the engine idle runs its step on its own thread "
+                "instead of waking the scheduler thread (off = always queue)")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=_bool, default=True,
@@ -72,6 +79,7 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--capture", default="",
            help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
     p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.flag("--io-threads", type=int, default=0, help="threads serving gRPC (0 = one per core)")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     return p
 
@@ -127,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             max_inflight=args.max_inflight,
             drain_timeout=args.drain_timeout,
             log=args.log,
+            inline_steps=args.inline_steps,
+            unix_socket=args.unix_socket or None,
+            io_threads=args.io_threads,
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

@@ -24,6 +24,7 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub policy: Box<dyn Policy>,
     pub api_key: ApiKey,
+    pub spinner: Arc<crate::spin::Spinner>,
 }
 
 impl Gateway {

@@ -26,6 +26,12 @@ pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>, metrics: Arc<Metrics>) {
 /// output goes back to the scheduler thread for release under the GIL.
 pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
     if let Err(e) = deliver(&step) {
+        let ids: Vec<&str> = step
+            .seqs
+            .iter()
+            .map(|s| s.request.request_id.as_str())
+            .collect();
+        tracing::error!(requests = %ids.join(","), error = %e, "step output unusable");
         for s in &step.seqs {
             s.request.fail(e.clone());
         }
