@@ -80,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
            help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
     p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.flag("--io-threads", type=int, default=0, help="threads serving gRPC (0 = one per core)")
+    p.flag("--small-step-tokens", type=int, default=64,
+           help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
+                "more threads cost more than they save on tiny batches); 0 = always all threads")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     return p
 
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = GraphSettings(max_tokens=args.graph_max_tokens, max_sequences=args.graph_max_sequences)
         engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
                                  model_id=model_id, graphs=args.graphs, graph_settings=settings)
+        if engine.runner.threads is not None:
+            engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
     except (RoseError, ValueError) as e:
