@@ -100,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model_id = args.model_id or (DEFAULT_MODEL_ID if model_dir == default_model_dir() else None)
 
+    # oneDNN caches a compiled primitive per input shape, and ragged batches
+    # bring a new shape almost every step: unbounded, the cache grew Tulip
+    # from 0.8 to over 2 GB in ten minutes of mixed traffic. Set before
+    # torch loads; an operator's own value wins.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
     import torch
 
     from rose import Engine, RoseError
