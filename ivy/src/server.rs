@@ -60,6 +60,9 @@ pub async fn run(config: Config) -> Result<(), String> {
         templates,
         metrics,
         spinner,
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         config,
     });
 
