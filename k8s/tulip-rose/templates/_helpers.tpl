@@ -185,6 +185,121 @@ the component's own: (dict "ctx" $ "port" 7071 "extra" .Values.tulip.podAnnotati
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding Ivy's API key; empty when there is no key. */}}
+{{- define "tulip-rose.ivyApiKeySecret" -}}
+{{- $k := .Values.ivy.apiKey }}
+{{- $k.existingSecret | default (ternary (printf "%s-api-key" (include "tulip-rose.ivyName" .)) "" (ne $k.value "")) }}
+{{- end }}
+
+{{/* Ivy's container, shared by the Ivy Deployment and the co-located
+sidecar in Tulip's pods: (dict "ctx" $ "prefix" "" "socket" "" "resources"
+.Values.ivy.resources "extraEnv" list). prefix keeps the port and volume
+names apart from Tulip's in a shared pod; with a socket, Ivy dials that one
+Tulip instead of resolving the headless Service. */}}
+{{- define "tulip-rose.ivyContainer" -}}
+{{- $ctx := .ctx }}
+{{- $i := $ctx.Values.ivy }}
+{{- $p := .prefix -}}
+- name: ivy
+  image: {{ include "tulip-rose.ivyImage" $ctx }}
+  imagePullPolicy: {{ $i.image.pullPolicy }}
+  env:
+    {{- with .socket }}
+    - name: IVY_TULIP
+      value: {{ printf "unix://%s" . | quote }}
+    {{- else }}
+    - name: IVY_TULIP_DNS
+      value: {{ include "tulip-rose.tulipDns" $ctx | quote }}
+    - name: IVY_DNS_INTERVAL
+      value: {{ $i.dnsIntervalSeconds | quote }}
+    {{- end }}
+    - name: IVY_TOKENIZER
+      value: {{ include "tulip-rose.modelDir" $ctx | quote }}
+    - name: IVY_CONFIG
+      value: /etc/ivy/templates.toml
+    - name: IVY_HOST
+      value: "0.0.0.0"
+    - name: IVY_PORT
+      value: {{ $i.port | quote }}
+    - name: IVY_GRPC_PORT
+      value: {{ $i.grpcPort | quote }}
+    - name: IVY_DRAIN_TIMEOUT
+      value: {{ $i.drainTimeoutSeconds | quote }}
+    - name: IVY_LOG
+      value: {{ $i.log | quote }}
+    {{- with $i.maxConcurrentRequests }}
+    - name: IVY_MAX_CONCURRENT_REQUESTS
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with $i.requestTimeoutSeconds }}
+    - name: IVY_REQUEST_TIMEOUT
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with include "tulip-rose.ivyApiKeySecret" $ctx }}
+    - name: IVY_API_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ . }}
+          key: {{ $i.apiKey.secretKey }}
+    {{- end }}
+    {{- with concat $i.extraEnv (default (list) .extraEnv) }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: {{ $p }}http
+      containerPort: {{ $i.port }}
+      protocol: TCP
+    - name: {{ $p }}grpc
+      containerPort: {{ $i.grpcPort }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /health
+      port: {{ $p }}http
+    {{- toYaml $i.probes.startup | nindent 4 }}
+  readinessProbe:
+    httpGet:
+      path: /ready
+      port: {{ $p }}http
+    {{- toYaml $i.probes.readiness | nindent 4 }}
+  livenessProbe:
+    httpGet:
+      path: /health
+      port: {{ $p }}http
+    {{- toYaml $i.probes.liveness | nindent 4 }}
+  # Load balancers drop the pod from rotation before SIGTERM arrives.
+  lifecycle:
+    preStop:
+      sleep:
+        seconds: {{ $i.preStopSleepSeconds }}
+  resources: {{- toYaml .resources | nindent 4 }}
+  securityContext: {{- toYaml $ctx.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: {{ $p }}config
+      mountPath: /etc/ivy
+      readOnly: true
+    - name: {{ $p }}tmp
+      mountPath: /tmp
+    {{- with .socket }}
+    - name: tulip-socket
+      mountPath: {{ dir . }}
+    {{- end }}
+    {{- with include "tulip-rose.modelMount" $ctx }}
+    {{- . | trim | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/* The volumes of Ivy's container: (dict "ctx" $ "prefix" ""). */}}
+{{- define "tulip-rose.ivyVolumes" -}}
+# Mounted as a directory (not subPath) so ConfigMap updates reach the pod.
+- name: {{ .prefix }}config
+  configMap:
+    name: {{ include "tulip-rose.ivyName" .ctx }}
+- name: {{ .prefix }}tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end }}
+
 {{/* Checks between values that the schema cannot express. */}}
 {{- define "tulip-rose.validate" -}}
 {{- if le (float64 .Values.tulip.preStopSleepSeconds) (float64 .Values.ivy.dnsIntervalSeconds) }}
