@@ -300,10 +300,31 @@ Tulip instead of resolving the headless Service. */}}
     sizeLimit: 64Mi
 {{- end }}
 
+{{/* The co-located Ivy's Service: serves the Ivy sidecars of Tulip's pods. */}}
+{{- define "tulip-rose.colocatedIvyName" -}}
+{{- printf "%s-ivy" (include "tulip-rose.tulipName" .) }}
+{{- end }}
+
+{{/* Tulip's Unix socket for the co-located Ivy, in a volume both mount. */}}
+{{- define "tulip-rose.tulipSocket" -}}
+/run/tulip/tulip.sock
+{{- end }}
+
 {{/* Checks between values that the schema cannot express. */}}
 {{- define "tulip-rose.validate" -}}
 {{- if le (float64 .Values.tulip.preStopSleepSeconds) (float64 .Values.ivy.dnsIntervalSeconds) }}
 {{- fail (printf "tulip.preStopSleepSeconds (%v) must exceed ivy.dnsIntervalSeconds (%v): Ivy has to drop a stopping Tulip pod from its list before the pod stops taking work" .Values.tulip.preStopSleepSeconds .Values.ivy.dnsIntervalSeconds) }}
+{{- end }}
+{{- if .Values.tulip.colocatedIvy.enabled }}
+{{- $t := .Values.tulip }}
+{{- $i := .Values.ivy }}
+{{- $tulipPorts := list (int $t.port) (int $t.metricsPort) }}
+{{- if or (has (int $i.port) $tulipPorts) (has (int $i.grpcPort) $tulipPorts) }}
+{{- fail (printf "tulip.colocatedIvy: ivy.port (%v) and ivy.grpcPort (%v) must differ from tulip.port (%v) and tulip.metricsPort (%v): the sidecar shares the pod's network" $i.port $i.grpcPort $t.port $t.metricsPort) }}
+{{- end }}
+{{- if ge (float64 $i.preStopSleepSeconds) (float64 $t.preStopSleepSeconds) }}
+{{- fail (printf "tulip.colocatedIvy: ivy.preStopSleepSeconds (%v) must be less than tulip.preStopSleepSeconds (%v): the sidecar has to stop taking requests while its Tulip still takes work" $i.preStopSleepSeconds $t.preStopSleepSeconds) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.ivy.apiKey.existingSecret .Values.ivy.apiKey.value }}
 {{- fail "ivy.apiKey: set either existingSecret or value, not both" }}
