@@ -53,7 +53,7 @@ pub fn serve(
         config.max_batch_tokens,
         config.max_batch_sequences,
         max_inflight(&model, &config),
-        inline_steps(&config),
+        config.inline_steps,
     ));
     let threads = start_engine_threads(&pool, &engine, &metrics)?;
     let state = Arc::new(ServiceState::default());
@@ -141,16 +141,6 @@ fn max_inflight(model: &ModelInfo, config: &ServeConfig) -> usize {
     } else {
         config.max_inflight
     }
-}
-
-/// An inline step blocks the worker that runs it; with a single worker
-/// nothing would serve I/O meanwhile.
-fn inline_steps(config: &ServeConfig) -> bool {
-    if config.inline_steps && config.io_threads == 1 {
-        tracing::info!("inline steps are off: they need two or more I/O threads");
-        return false;
-    }
-    config.inline_steps
 }
 
 fn runtime(threads: usize) -> PyResult<Runtime> {

@@ -42,7 +42,22 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+/// Larger requests always go through the scheduler thread: their step
+/// dwarfs a hand-off, and an inline step holds an I/O thread.
+const INLINE_MAX_TOKENS: usize = 512;
+
 impl TulipService {
+    /// Whether this is the only request in Tulip. Requests that arrived in
+    /// the same read as this one may not have started yet: yielding once
+    /// lets them start (and count themselves) before deciding.
+    async fn alone(&self) -> bool {
+        if self.state.active.load(Ordering::SeqCst) != 1 {
+            return false;
+        }
+        tokio::task::yield_now().await;
+        self.state.active.load(Ordering::SeqCst) == 1
+    }
+
     async fn run(&self, request: EmbedRequest) -> Result<EmbedResponse, TulipError> {
         if self.state.draining.load(Ordering::SeqCst) {
             return Err(TulipError::Unavailable(
@@ -52,13 +67,13 @@ impl TulipService {
         let (tx, rx) = oneshot::channel();
         let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
         // Under concurrent load requests queue, so that they share steps.
-        let alone = self.state.active.load(Ordering::SeqCst) == 1;
+        let alone = req.token_ids.len() <= INLINE_MAX_TOKENS && self.alone().await;
         if let Submitted::Inline(seqs, releases) = self.pool.submit(Arc::new(req), alone)? {
-            // Alone and the engine idle: run the step on this worker, which
+            // Alone and the engine idle: run the step on this thread, which
             // saves the two thread wake-ups of a hand-off to the scheduler
-            // thread and back. The runtime's other worker(s) keep serving
-            // I/O meanwhile (inline steps need two or more), and the reply
-            // is sent before this returns, so the await below never parks.
+            // thread and back. It holds this I/O thread for one small step;
+            // the reply is sent before this returns, so the await below
+            // never parks.
             self.metrics.inline_steps.inc();
             scheduler::launch(
                 &self.pool,
