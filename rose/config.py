@@ -1,5 +1,6 @@
 """What a Hugging Face model directory says about the model: architecture,
-pooling, normalisation, maximum input length, extra heads, special tokens.
+the sentence-transformers pipeline (``rose.pipeline``: pooling, Dense,
+normalisation, prompts), maximum input length, extra heads, special tokens.
 Decided here, once.
 
 Conventions read from the directory:
@@ -25,17 +26,8 @@ from typing import Any
 
 from .errors import ModelLoadError
 from .interface import OutputKind
+from .pipeline import Pipeline, read_pipeline
 
-# Pooling modes in sentence-transformers' Pooling config, in its own order.
-_POOLING_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_lasttoken": "last",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-}
-SUPPORTED_POOLING = ("cls", "mean", "last")
 SPARSE_HEAD = "sparse_linear.pt"
 COLBERT_HEAD = "colbert_linear.pt"
 _TOKEN_ROLES = ("cls_token", "bos_token", "eos_token", "sep_token", "pad_token", "unk_token")
@@ -57,13 +49,23 @@ class ModelSpec:
     path: Path
     model_type: str  # config.json's model_type: "bert", "xlm-roberta", "qwen3", ...
     hf_config: dict[str, Any]
-    pooling: str  # "cls" | "mean" | "last" | "none" (cross-encoders)
-    normalize: bool  # the model's own pipeline normalises dense outputs
+    pipeline: Pipeline | None  # sentence-transformers modules; None for cross-encoders (and null)
     max_length: int  # longest input, special tokens included
     is_cross_encoder: bool
     model_id: str
     # Special-token roles ("cls_token", "sep_token", ...) → ids.
     special_tokens: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pooling(self) -> str:
+        """Pooling modes joined by "+" ("cls", "mean", "last", "cls+mean",
+        ...); "none" for cross-encoders."""
+        return self.pipeline.pooling_name if self.pipeline else "none"
+
+    @property
+    def normalize(self) -> bool:
+        """Whether the model's own pipeline ends by L2-normalising."""
+        return bool(self.pipeline and self.pipeline.normalize)
 
     @property
     def hidden_size(self) -> int:
@@ -133,13 +135,11 @@ class ModelSpec:
         model_type = str(hf.get("model_type", "")).replace("_", "-")
         archs = hf.get("architectures") or []
         is_cross = any(a.endswith("ForSequenceClassification") for a in archs)
-        pooling, normalize = _pipeline(path, model_type, is_cross)
         return cls(
             path=path,
             model_type=model_type,
             hf_config=hf,
-            pooling=pooling,
-            normalize=normalize,
+            pipeline=_pipeline(path, model_type, is_cross),
             max_length=_max_length(path, hf, model_type),
             is_cross_encoder=is_cross,
             model_id=model_id or path.name,
@@ -147,35 +147,13 @@ class ModelSpec:
         )
 
 
-def _pipeline(path: Path, model_type: str, is_cross: bool) -> tuple[str, bool]:
-    """Pooling and normalisation from sentence-transformers' modules.json."""
+def _pipeline(path: Path, model_type: str, is_cross: bool) -> Pipeline | None:
+    """The sentence-transformers pipeline; without modules.json, decoders
+    pool the last token and encoders the CLS token, as their own model
+    cards do."""
     if is_cross or model_type == "null":
-        return "none", False
-    modules = _read_json(path / "modules.json")
-    if not isinstance(modules, list):
-        # No sentence-transformers config: decoders pool the last token,
-        # encoders the CLS token, as their own model cards do.
-        return ("last" if model_type.startswith("qwen") else "cls"), True
-    pooling = None
-    normalize = False
-    for m in modules:
-        kind = str(m.get("type", ""))
-        if kind.endswith("Pooling"):
-            cfg = _read_json(path / m.get("path", "") / "config.json") or {}
-            modes = [name for key, name in _POOLING_KEYS.items() if cfg.get(key)]
-            if cfg.get("pooling_mode") in _POOLING_KEYS.values():
-                modes = [cfg["pooling_mode"]]
-            if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
-                raise ModelLoadError(
-                    f"{path}: pooling {modes or 'none'} is not supported "
-                    f"(supported: one of {', '.join(SUPPORTED_POOLING)})"
-                )
-            pooling = modes[0]
-        elif kind.endswith("Normalize"):
-            normalize = True
-    if pooling is None:
-        raise ModelLoadError(f"{path}: modules.json has no Pooling module")
-    return pooling, normalize
+        return None
+    return read_pipeline(path, "last" if model_type.startswith("qwen") else "cls")
 
 
 def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:

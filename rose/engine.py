@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,11 @@ class ModelInfo:
     multi_vector_dimension: int
     dtype: str
     device: str
+    # sentence-transformers' prompts (name → text prepended to the input)
+    # and the one to apply when a request names none: the host's default
+    # templates.
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,6 +86,8 @@ class Engine:
             multi_vector_dimension=model.multi_vector_dimension,
             dtype=str(dtype).removeprefix("torch."),
             device=str(device),
+            prompts=dict(spec.pipeline.prompts) if spec.pipeline else {},
+            default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
                              graph_settings, graphs, static_on_cpu)

@@ -199,3 +199,34 @@ def tiny_qwen3(dir, seed: int = 0, variant: str = "causal") -> Path:
     _sentence_transformers(out, "last" if variant == "causal" else "mean", normalize=variant == "causal",
                            max_seq_length=32768)
     return out
+
+
+def st_pipeline(dir, base: Path, pooling="mean", dense: tuple[tuple[int, str], ...] = ((48, "Tanh"),),
+                normalize: bool = True, seed: int = 0, prompts: dict[str, str] | None = None,
+                default_prompt_name: str | None = None, safe: bool = True) -> Path:
+    """A sentence-transformers model saved by sentence-transformers itself:
+    Transformer (the model in ``base``) + Pooling (``pooling``: one mode or
+    a tuple of modes) + a Dense per ``(out_features, activation class in
+    torch.nn)`` with seeded weights + Normalize. ``safe=False`` saves the
+    Dense weights as pytorch_model.bin."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
+    out = _dir(dir)
+    transformer = Transformer(str(base), max_seq_length=256)
+    dim = transformer.get_embedding_dimension()
+    modules = [transformer, Pooling(dim, pooling_mode=pooling)]
+    width = modules[1].get_embedding_dimension()
+    g = torch.Generator().manual_seed(seed + 7)
+    for features, act in dense:
+        layer = Dense(width, features, activation_function=getattr(torch.nn, act)())
+        with torch.no_grad():
+            layer.linear.weight.copy_(torch.randn(features, width, generator=g) * width ** -0.5)
+            layer.linear.bias.copy_(torch.randn(features, generator=g) * 0.1)
+        modules.append(layer)
+        width = features
+    if normalize:
+        modules.append(Normalize())
+    st = SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name)
+    st.save(str(out), safe_serialization=safe)
+    return out

@@ -16,6 +16,7 @@ from ..errors import ModelLoadError
 from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
 from .layers import RMSNorm, copy_fused, copy_linear, copy_norm
+from .sentence import SentenceHead
 
 
 def rope_theta(cfg: dict) -> float:
@@ -110,9 +111,9 @@ class Qwen3Embedder(EmbeddingModel):
         # Positions never exceed the served maximum length.
         self.register_buffer("rope", rope_table(head_dim, rope_theta(cfg), spec.max_length), persistent=False)
         self.causal = spec.causal
-        self.pooling = spec.pooling
+        self.sentence = SentenceHead(spec.pipeline, hidden)
         self.quantization = spec.quantization
-        self.dimension = hidden
+        self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())
 
     def encode(self, x: StepInputs) -> torch.Tensor:
@@ -138,3 +139,4 @@ class Qwen3Embedder(EmbeddingModel):
             copy_norm(self.norm, w, "norm")
         for i, layer in enumerate(self.layers):
             layer.load(w, f"layers.{i}.")
+        self.sentence.load_files()
