@@ -15,7 +15,7 @@ from .config import ModelSpec
 from .errors import InvalidBatchError
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
-from .loader import WeightReader, read_safetensors, strip_prefix
+from .loader import WeightReader, read_weights, strip_prefix
 from .graphs import GraphKey, GraphSettings
 from .models import EmbeddingModel, attn_shape, build_model
 from .runner import Runner
@@ -114,7 +114,7 @@ class Engine:
         dt = resolve_dtype(dtype, dev)
         backend = select_backend(attn_shape(spec), dev, dt, attention)
         model = build_model(spec, backend)
-        tensors = {} if spec.model_type == "null" else read_safetensors(spec.path)
+        tensors = {} if spec.model_type == "null" else read_weights(spec.path)
         weights = WeightReader(strip_prefix(tensors), str(spec.path))
         model.load(weights)
         leftover = weights.unused(ignore=("pooler.", "position_ids", "lm_head."))

