@@ -160,7 +160,7 @@ def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
     """sentence-transformers' max_seq_length, else the tokenizer's
     model_max_length, capped by what the position table holds."""
     positions = int(hf.get("max_position_embeddings", 1 << 30))
-    if model_type in ("xlm-roberta", "roberta"):
+    if model_type in ("xlm-roberta", "roberta", "mpnet"):
         # Positions start after the padding index (padding_idx + 1).
         positions -= int(hf.get("pad_token_id", 1)) + 1
     st = _read_json(path / "sentence_bert_config.json") or {}

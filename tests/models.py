@@ -230,3 +230,22 @@ def st_pipeline(dir, base: Path, pooling="mean", dense: tuple[tuple[int, str], .
     st = SentenceTransformer(modules=modules, device="cpu", prompts=prompts, default_prompt_name=default_prompt_name)
     st.save(str(out), safe_serialization=safe)
     return out
+
+
+def tiny_mpnet(dir, seed: int = 0) -> Path:
+    """An all-mpnet-base-v2-shaped MPNet (hidden 768, 12 heads, FFN 3072,
+    vocabulary 30527, 514 positions, 32 relative-position buckets) cut to 2
+    layers, with the WordPiece tokenizer of all-MiniLM-L6-v2 (ids fit the
+    vocabulary); mean pooling, normalised, max length 384, as the real
+    sentence-transformers model."""
+    from transformers import MPNetConfig, MPNetModel
+
+    out = _dir(dir)
+    torch.manual_seed(seed)
+    cfg = MPNetConfig(vocab_size=30527, hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
+                      intermediate_size=3072, max_position_embeddings=514, relative_attention_num_buckets=32,
+                      pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+    _save(MPNetModel(cfg, add_pooling_layer=False), out, seed)
+    _tokenizer(out, "all-minilm-l6-v2", model_max_length=512)
+    _sentence_transformers(out, "mean", normalize=True, max_seq_length=384)
+    return out
