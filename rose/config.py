@@ -6,7 +6,8 @@ Decided here, once.
 Conventions read from the directory:
 
 - ``config.json`` ``architectures`` ending in ``ForSequenceClassification``:
-  a cross-encoder (one score per sequence; ``num_labels`` must be 1).
+  a cross-encoder: one label is a relevance score (``score``), several
+  (``id2label``) a classifier (``classify``: one logit per label).
 - ``sparse_linear.pt`` / ``colbert_linear.pt`` next to an XLM-RoBERTa model
   (BGE-M3's layout): the sparse lexical-weight head and the multi-vector
   (ColBERT) head.
@@ -68,6 +69,23 @@ class ModelSpec:
         return bool(self.pipeline and self.pipeline.normalize)
 
     @property
+    def labels(self) -> tuple[str, ...]:
+        """A classifier's label names by index (``id2label``); one unnamed
+        label for a relevance scorer; empty for embedders."""
+        if not self.is_cross_encoder:
+            return ()
+        cfg = self.hf_config
+        id2label = cfg.get("id2label") or {}
+        count = len(id2label) or int(cfg.get("num_labels", 1))
+        try:
+            names = {int(k): str(v) for k, v in id2label.items()}
+        except ValueError as e:
+            raise ModelLoadError(f"{self.path}/config.json: id2label keys must be integers ({e})") from e
+        if sorted(names) != list(range(len(names))):
+            raise ModelLoadError(f"{self.path}/config.json: id2label must number its labels 0..{count - 1}")
+        return tuple(names.get(i, f"LABEL_{i}") for i in range(count))
+
+    @property
     def hidden_size(self) -> int:
         return int(self.hf_config["hidden_size"])
 
@@ -107,7 +125,7 @@ class ModelSpec:
     def kinds(self) -> list[OutputKind]:
         """The outputs this model directory can produce."""
         if self.is_cross_encoder:
-            return [OutputKind.SCORE]
+            return [OutputKind.SCORE] if len(self.labels) == 1 else [OutputKind.CLASSIFY]
         kinds = [OutputKind.DENSE]
         if self.sparse_head is not None:
             kinds.append(OutputKind.SPARSE)

@@ -45,6 +45,8 @@ class ModelInfo:
     # templates.
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    # A classifier's label names, one per ``classify`` output value.
+    labels: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,6 +90,7 @@ class Engine:
             device=str(device),
             prompts=dict(spec.pipeline.prompts) if spec.pipeline else {},
             default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
+            labels=spec.labels if OutputKind.CLASSIFY in model.kinds else (),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
                              graph_settings, graphs, static_on_cpu)

@@ -26,12 +26,15 @@ class OutputKind(str, enum.Enum):
       first), ``multi_vector_dimension`` values each, L2-normalised.
     - ``score``: one row per sequence, 2 values: the raw logit and the
       model's activation of it (sigmoid).
+    - ``classify``: one row per sequence, one raw logit per label (in the
+      order of ``ModelInfo.labels``); the host applies softmax or sigmoid.
     """
 
     DENSE = "dense"
     SPARSE = "sparse"
     MULTI_VECTOR = "multi_vector"
     SCORE = "score"
+    CLASSIFY = "classify"
 
 
 @dataclass(frozen=True)

@@ -131,10 +131,13 @@ def tiny_xlmr(dir, seed: int = 0, pooling: str = "cls", m3_heads: bool = True) -
     return out
 
 
-def tiny_reranker(dir, seed: int = 0, arch: str = "xlm-roberta") -> Path:
+def tiny_reranker(dir, seed: int = 0, arch: str = "xlm-roberta", labels: tuple[str, ...] = ()) -> Path:
     """A 2-layer cross-encoder with one label: ``arch`` "xlm-roberta"
     (bge-reranker-v2-m3 style, XLM-R tokenizer, 512 tokens) or "bert"
-    (ms-marco MiniLM style, WordPiece tokenizer with token types, 512)."""
+    (ms-marco MiniLM style, WordPiece tokenizer with token types, 512).
+    With ``labels``, a sequence classifier with those ``id2label`` names."""
+    names = {"num_labels": 1} if not labels else {
+        "id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}}
     from transformers import BertConfig, BertForSequenceClassification, XLMRobertaConfig, \
         XLMRobertaForSequenceClassification
 
@@ -143,12 +146,12 @@ def tiny_reranker(dir, seed: int = 0, arch: str = "xlm-roberta") -> Path:
     if arch == "xlm-roberta":
         cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                intermediate_size=64, max_position_embeddings=514, type_vocab_size=1,
-                               pad_token_id=1, bos_token_id=0, eos_token_id=2, num_labels=1)
+                               pad_token_id=1, bos_token_id=0, eos_token_id=2, **names)
         _save(XLMRobertaForSequenceClassification(cfg), out, seed)
         _tokenizer(out, "xlm-roberta", model_max_length=512)
     elif arch == "bert":
         cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=128, max_position_embeddings=512, type_vocab_size=2, num_labels=1)
+                         intermediate_size=128, max_position_embeddings=512, type_vocab_size=2, **names)
         _save(BertForSequenceClassification(cfg), out, seed)
         _tokenizer(out, "all-minilm-l6-v2", model_max_length=512)
     else:

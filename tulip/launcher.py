@@ -11,6 +11,9 @@ import signal
 import sys
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# ROSE output kinds that tulip.v1 carries (a classifier's "classify" is
+# computed by ROSE but has no wire format yet).
+SERVED_KINDS = ("dense", "sparse", "multi_vector", "score")
 
 
 def default_model_dir() -> str | None:
@@ -112,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
+        return 2
+    unserved = [k for k in engine.info.kinds if k not in SERVED_KINDS]
+    if unserved:
+        log.error("cannot serve %s: its outputs (%s) have no tulip.v1 output kind yet", model_id or model,
+                  ", ".join(unserved))
         return 2
 
     # SIGTERM becomes an exception that serve() sees while polling signals,

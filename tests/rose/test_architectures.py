@@ -78,3 +78,25 @@ def test_mpnet_static_buffers_match_eager(mpnet_dir, texts):
     for _ in range(3):
         assert_close_vectors(e.embed(seqs), want)
     assert e.runner.stats.steps["replay"] == 1
+
+
+@pytest.mark.parametrize("arch", ["bert", "xlm-roberta"])
+def test_sequence_classifier_logits(arch, models_root, texts):
+    """``ForSequenceClassification`` with several labels: every label's
+    logit within 1e-3 of transformers, the names from id2label."""
+    from tests.models import tiny_reranker
+    from tokenizers import Tokenizer
+
+    labels = ("negative", "neutral", "positive")
+    d = tiny_reranker(models_root / f"classifier-{arch}", seed=6, arch=arch, labels=labels)
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    tok.enable_truncation(256)
+    encs = tok.encode_batch(texts) + tok.encode_batch([("is this a pair?", texts[0])])
+    seqs, types = [e.ids for e in encs], [e.type_ids for e in encs]
+    e = Engine.from_dir(d, device="cpu", dtype="float32")
+    assert (e.info.kinds, e.info.labels, e.info.dimension) == (("classify",), labels, 3)
+    got = e.embed(seqs, kind="classify")
+    want = ref.cross_encoder_logits(d, seqs, types, all_labels=True)
+    assert got.shape == want.shape == (len(seqs), 3)
+    assert (got - want).abs().max() <= 1e-3
+    assert torch.equal(got.argmax(1), want.argmax(1))
