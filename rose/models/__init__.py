@@ -7,6 +7,7 @@ from ..config import ModelSpec
 from ..errors import ModelLoadError
 from .base import EmbeddingModel, StepInputs
 from .bert import BertEmbedder
+from .modernbert import ModernBertEmbedder
 from .mpnet import MPNetEmbedder
 from .null import NullModel
 from .qwen3 import Qwen3Embedder
@@ -35,10 +36,12 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
         return CrossEncoder(spec, backend) if spec.is_cross_encoder else BertEmbedder(spec, backend)
     if spec.model_type == "mpnet" and not spec.is_cross_encoder:
         return MPNetEmbedder(spec, backend)
+    if spec.model_type == "modernbert" and not spec.is_cross_encoder:
+        return ModernBertEmbedder(spec, backend)
     if spec.model_type == "qwen3" and not spec.is_cross_encoder:
         return Qwen3Embedder(spec, backend)
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
         f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
-        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet and qwen3 embedders)"
+        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet, modernbert and qwen3 embedders)"
     )

@@ -3,9 +3,8 @@ post-norm layers without token types, RoBERTa-style positions, and a
 learned relative position bias shared by every layer's attention.
 
 The bias depends on each (query, key) pair's distance, so attention runs
-per sequence on a padded block ([n, heads, L, L], L = the step's longest
-sequence bound) with the bias and key padding as one additive mask; the
-linear layers stay ragged. No host value is read (capture-safe).
+on padded per-sequence blocks (``rose.models.padded``) with the bias and
+the key padding as one additive mask.
 """
 
 from __future__ import annotations
@@ -13,17 +12,16 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..attention import AttentionBackend, AttnPlan
-from ..attention.sdpa import PaddedLayout
 from ..config import ModelSpec
 from ..errors import ModelLoadError
 from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
 from .bert import BertLayer
 from .layers import activation, copy_fused, copy_linear, copy_norm, segment_cumsum
+from .padded import PaddedAttention
 from .sentence import SentenceHead
 
 # transformers' MPNet buckets relative positions into 32 buckets (whatever
@@ -43,21 +41,6 @@ def relative_buckets(relative: torch.Tensor) -> torch.Tensor:
     large = exact + (torch.log(n.float().clamp_min(1) / exact) / math.log(_MAX_DISTANCE / exact)
                      * (half - exact)).long()
     return ret + torch.where(n < exact, n, large.clamp_max(half - 1))
-
-
-class BiasedAttention(AttentionBackend):
-    """SDPA on padded per-sequence blocks with an additive bias; the plan's
-    ``extra`` is (PaddedLayout, bias [n, heads, L, L])."""
-
-    name = "sdpa_bias"
-    capture_safe = True
-
-    def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
-        lay, bias = plan.extra
-        n, width = lay.shape
-        qp, kp, vp = (t.index_select(0, lay.gather).view(n, width, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
-        o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=bias, scale=scale)
-        return o.transpose(1, 2).reshape(n * width, *q.shape[1:]).index_select(0, lay.scatter)
 
 
 class MPNetLayer(BertLayer):
@@ -86,7 +69,7 @@ class MPNetEncoder(nn.Module):
         self.position = nn.Embedding(int(cfg["max_position_embeddings"]), hidden)
         self.norm = nn.LayerNorm(hidden, eps=eps)
         self.relative = nn.Embedding(int(cfg.get("relative_attention_num_buckets", _BUCKETS)), self.heads)
-        self.attention = BiasedAttention()
+        self.attention = PaddedAttention()
         act = activation(str(cfg.get("hidden_act", "gelu")))
         self.layers = nn.ModuleList(
             MPNetLayer(hidden, self.heads, int(cfg["intermediate_size"]), eps, act, self.attention)
@@ -105,12 +88,11 @@ class MPNetEncoder(nn.Module):
     def plan(self, x: StepInputs, tokens: int, dtype: torch.dtype) -> AttnPlan:
         """The padded layout and the bias (relative position + key padding),
         built once per step and shared by every layer."""
-        width = x.plan.max_seqlen
-        lay = PaddedLayout(x.cu_seqlens, tokens, width, causal=False)
-        slots = torch.arange(width, device=x.token_ids.device)
-        bias = self.relative(relative_buckets(slots.unsqueeze(0) - slots.unsqueeze(1))).permute(2, 0, 1)
-        bias = torch.where(lay.mask, bias.to(dtype).unsqueeze(0), float("-inf"))
-        return AttnPlan(x.cu_seqlens, x.plan.lengths, width, False, backend=self.attention, extra=(lay, bias))
+        def bias(lay, slots):
+            rel = self.relative(relative_buckets(slots.unsqueeze(0) - slots.unsqueeze(1))).permute(2, 0, 1)
+            return torch.where(lay.mask, rel.to(dtype).unsqueeze(0), float("-inf"))
+
+        return self.attention.plan_for(x, tokens, bias)
 
     def load(self, w: WeightReader) -> None:
         with torch.no_grad():

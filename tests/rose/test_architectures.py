@@ -69,12 +69,14 @@ def test_mpnet_half_precision_tracks_fp32(mpnet_dir, texts):
     assert F.cosine_similarity(half.double(), full.double()).min() >= 0.99
 
 
-def test_mpnet_static_buffers_match_eager(mpnet_dir, texts):
+@pytest.mark.parametrize("fixture", ["mpnet_dir", "modernbert_dir"])
+def test_static_buffers_match_eager(request, fixture, texts):
     """The padded (bucketed) static-buffer path, with its filler segment,
     gives the eager vectors on every pass (warm-up, capture, replay)."""
-    seqs = tokenize(mpnet_dir, texts[:5])
-    want = Engine.from_dir(mpnet_dir, device="cpu", dtype="float32").embed(seqs)
-    e = Engine.from_dir(mpnet_dir, device="cpu", dtype="float32", static_on_cpu=True)
+    model_dir = request.getfixturevalue(fixture)
+    seqs = tokenize(model_dir, texts[:5])
+    want = Engine.from_dir(model_dir, device="cpu", dtype="float32").embed(seqs)
+    e = Engine.from_dir(model_dir, device="cpu", dtype="float32", static_on_cpu=True)
     for _ in range(3):
         assert_close_vectors(e.embed(seqs), want)
     assert e.runner.stats.steps["replay"] == 1
@@ -100,3 +102,55 @@ def test_sequence_classifier_logits(arch, models_root, texts):
     assert got.shape == want.shape == (len(seqs), 3)
     assert (got - want).abs().max() <= 1e-3
     assert torch.equal(got.argmax(1), want.argmax(1))
+
+
+@pytest.fixture(scope="module")
+def modernbert_dir(models_root):
+    from tests.models import tiny_modernbert
+
+    return tiny_modernbert(models_root / "modernbert")
+
+
+def _long_seqs(model_dir, texts):
+    """Real sentences plus one of 300 tokens, so local layers' 64-token
+    windows cut attention."""
+    return tokenize(model_dir, texts) + tokenize(model_dir, [" ".join(texts)], max_length=300)
+
+
+def test_modernbert_dense(modernbert_dir, texts):
+    seqs = _long_seqs(modernbert_dir, texts)
+    e = Engine.from_dir(modernbert_dir, device="cpu", dtype="float32")
+    assert (e.info.architecture, e.info.pooling, e.info.dimension) == ("modernbert", "cls", 768)
+    assert e.model.kinds_per_layer == ["full_attention", "sliding_attention", "sliding_attention"]
+    want = torch.stack([F.normalize(h[0], dim=0) for h in ref.encoder_hidden(modernbert_dir, seqs)])
+    assert_close_vectors(e.embed(seqs), want)
+    # Token-level: every hidden state, not just the pooled one.
+    assert_close_vectors(_hidden(e, seqs), torch.cat(ref.encoder_hidden(modernbert_dir, seqs)))
+
+
+def _hidden(e: Engine, seqs) -> torch.Tensor:
+    """The engine model's last hidden states [T, H] for a ragged batch."""
+    from rose.interface import Batch
+    from rose.layout import step_inputs
+
+    b = Batch.from_lists(seqs)
+    lengths = b.lengths
+    with torch.inference_mode():
+        x = step_inputs(b.arena, b.layout, e.runner.backend, e.model.causal, lengths, max(lengths))
+        return e.model.encode(x)
+
+
+def test_modernbert_local_window_matters(modernbert_dir, models_root, texts):
+    """With a window wider than the input, sequences longer than the
+    window (65 tokens: 64 either side) change and the others do not: the
+    window mask is really applied, and only where it cuts."""
+    from tests.models import tiny_modernbert
+
+    wide = tiny_modernbert(models_root / "modernbert-wide", local_attention=4096)
+    seqs = _long_seqs(modernbert_dir, texts)
+    a = Engine.from_dir(modernbert_dir, device="cpu", dtype="float32").embed(seqs)
+    b = Engine.from_dir(wide, device="cpu", dtype="float32").embed(seqs)
+    cos = F.cosine_similarity(a, b)
+    long = torch.tensor([len(s) > 65 for s in seqs])
+    assert long.any() and (~long).any()
+    assert cos[long].max() < 0.9999 and cos[~long].min() > 0.99999
