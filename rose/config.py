@@ -126,6 +126,8 @@ class ModelSpec:
         """The outputs this model directory can produce."""
         if self.is_cross_encoder:
             return [OutputKind.SCORE] if len(self.labels) == 1 else [OutputKind.CLASSIFY]
+        if self.pipeline is not None and self.pipeline.splade is not None:
+            return [OutputKind.SPARSE_VOCAB]
         kinds = [OutputKind.DENSE]
         if self.sparse_head is not None:
             kinds.append(OutputKind.SPARSE)

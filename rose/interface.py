@@ -28,6 +28,8 @@ class OutputKind(str, enum.Enum):
       model's activation of it (sigmoid).
     - ``classify``: one row per sequence, one raw logit per label (in the
       order of ``ModelInfo.labels``); the host applies softmax or sigmoid.
+    - ``sparse_vocab``: one row per sequence, one weight per vocabulary
+      entry (SPLADE), mostly zero; the host keeps the non-zero ones.
     """
 
     DENSE = "dense"
@@ -35,6 +37,7 @@ class OutputKind(str, enum.Enum):
     MULTI_VECTOR = "multi_vector"
     SCORE = "score"
     CLASSIFY = "classify"
+    SPARSE_VOCAB = "sparse_vocab"
 
 
 @dataclass(frozen=True)

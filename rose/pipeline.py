@@ -62,6 +62,16 @@ class NormalizeStep:
 
 
 @dataclass(frozen=True)
+class SpladeStep:
+    """sentence-transformers' ``SpladePooling`` over masked-LM logits:
+    ``log1p(relu(logits))`` (twice log1p for "log1p_relu"), then max or sum
+    over the sequence's tokens: one weight per vocabulary entry."""
+
+    strategy: str  # "max" | "sum"
+    activation: str  # "relu" | "log1p_relu"
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """What turns hidden states into a sentence vector."""
 
@@ -70,9 +80,12 @@ class Pipeline:
     normalize: bool = False  # the pipeline ends with Normalize
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    splade: SpladeStep | None = None  # a SparseEncoder: masked-LM logits pooled per vocabulary entry
 
     @property
     def pooling_name(self) -> str:
+        if self.splade is not None:
+            return f"splade_{self.splade.strategy}"
         return "+".join(self.pooling)
 
     def dimension(self, hidden: int) -> int:
@@ -133,6 +146,15 @@ def pooling_modes(cfg: dict[str, Any], where: Path) -> tuple[str, ...]:
     return tuple(POOLING_MODES[m] for m in modes)
 
 
+def _splade(cfg: dict[str, Any], folder: Path) -> SpladeStep:
+    strategy = cfg.get("pooling_strategy", "max")
+    act = cfg.get("activation_function", "relu")
+    if strategy not in ("max", "sum") or act not in ("relu", "log1p_relu"):
+        raise ModelLoadError(f"SpladePooling {folder}: pooling_strategy {strategy!r} / activation_function {act!r} "
+                             "is not supported (max or sum; relu or log1p_relu)")
+    return SpladeStep(strategy, act)
+
+
 def _dense(folder: Path) -> DenseStep:
     cfg = _read(folder / "config.json")
     if not isinstance(cfg, dict):
@@ -164,18 +186,31 @@ def read_pipeline(path: Path, default_pooling: str) -> Pipeline:
     if not isinstance(modules, list):
         raise ModelLoadError(f"{path / 'modules.json'} is not a list of modules")
     pooling: tuple[str, ...] | None = None
+    splade: SpladeStep | None = None
     steps: list[DenseStep | NormalizeStep] = []
+    mlm = False
     for i, m in enumerate(sorted(modules, key=lambda m: int(m.get("idx", 0)))):
         kind = str(m.get("type", ""))
         name = kind.rsplit(".", 1)[-1]
         folder = path / str(m.get("path", ""))
-        if name == "Transformer":
+        if name in ("Transformer", "MLMTransformer"):
             if i != 0 or folder != path:
                 raise ModelLoadError(
                     f"{path}: a Transformer module at {m.get('path')!r} (not the first module, at the "
                     "directory's root) is not supported"
                 )
+            task = (_read(path / "sentence_bert_config.json") or {}).get("transformer_task")
+            task = "fill-mask" if name == "MLMTransformer" else task
+            if task not in (None, "feature-extraction", "fill-mask"):
+                raise ModelLoadError(f"{path}: Transformer task {task!r} is not supported")
+            mlm = task == "fill-mask"
+        elif name == "SpladePooling":
+            if not mlm or pooling is not None or splade is not None:
+                raise ModelLoadError(f"{path}: SpladePooling must follow a fill-mask (masked-LM) Transformer")
+            splade = _splade(_read(folder / "config.json") or {}, folder)
         elif name == "Pooling":
+            if mlm:
+                raise ModelLoadError(f"{path}: Pooling over masked-LM logits (fill-mask) is not supported")
             if pooling is not None or steps:
                 raise ModelLoadError(f"{path}: a second Pooling, or one after Dense/Normalize, is not supported")
             pooling = pooling_modes(_read(folder / "config.json") or {}, folder)
@@ -188,10 +223,14 @@ def read_pipeline(path: Path, default_pooling: str) -> Pipeline:
         else:
             raise ModelLoadError(
                 f"{path}: sentence-transformers module {kind!r} ({m.get('path') or 'root'}) is not supported "
-                "(supported: Transformer, Pooling, Dense, Normalize, Dropout)"
+                "(supported: Transformer, Pooling, Dense, Normalize, Dropout, SpladePooling)"
             )
         if name in ("Dense", "Normalize") and pooling is None:
             raise ModelLoadError(f"{path}: {name} before Pooling (on token embeddings) is not supported")
+    if splade is not None:
+        if steps:
+            raise ModelLoadError(f"{path}: Dense or Normalize after SpladePooling is not supported")
+        return Pipeline((), prompts=prompts, default_prompt_name=default_prompt, splade=splade)
     if pooling is None:
         raise ModelLoadError(f"{path}: modules.json has no Pooling module")
     normalize = bool(steps) and isinstance(steps[-1], NormalizeStep)

@@ -272,3 +272,35 @@ def tiny_modernbert(dir, seed: int = 0, local_attention: int = 128) -> Path:
     _tokenizer(out, "all-minilm-l6-v2", model_max_length=8192)
     _sentence_transformers(out, "cls", normalize=True, max_seq_length=8192)
     return out
+
+
+def tiny_splade(dir, seed: int = 0, arch: str = "bert", strategy: str = "max") -> Path:
+    """A SPLADE sparse encoder saved by sentence-transformers itself (its
+    Transformer with transformer_task="fill-mask" + SpladePooling) on a
+    2-layer masked LM: ``arch`` "bert" (splade-v3 / splade-cocondenser
+    style, WordPiece vocabulary 30522, tied decoder) or "xlm-roberta"
+    (multilingual, XLM-R vocabulary)."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from transformers import BertConfig, BertForMaskedLM, XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    out = _dir(dir)
+    mlm = out / "mlm"
+    torch.manual_seed(seed)
+    if arch == "bert":
+        cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=128, max_position_embeddings=512, type_vocab_size=2)
+        _save(BertForMaskedLM(cfg), mlm, seed)
+        _tokenizer(mlm, "all-minilm-l6-v2", model_max_length=512)
+    elif arch == "xlm-roberta":
+        cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=64, max_position_embeddings=514, type_vocab_size=1,
+                               pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        _save(XLMRobertaForMaskedLM(cfg), mlm, seed)
+        _tokenizer(mlm, "xlm-roberta", model_max_length=512)
+    else:
+        raise ValueError(f"arch {arch!r} is not one of bert, xlm-roberta")
+    transformer = Transformer(str(mlm), transformer_task="fill-mask", max_seq_length=256)
+    SparseEncoder(modules=[transformer, SpladePooling(strategy)], device="cpu").save(str(out / "st"))
+    return out / "st"

@@ -11,8 +11,8 @@ import signal
 import sys
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-# ROSE output kinds that tulip.v1 carries (a classifier's "classify" is
-# computed by ROSE but has no wire format yet).
+# ROSE output kinds that tulip.v1 carries (a classifier's "classify" and
+# SPLADE's "sparse_vocab" are computed by ROSE but have no wire format yet).
 SERVED_KINDS = ("dense", "sparse", "multi_vector", "score")
 
 

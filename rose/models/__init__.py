@@ -12,6 +12,7 @@ from .mpnet import MPNetEmbedder
 from .null import NullModel
 from .qwen3 import Qwen3Embedder
 from .rerank import CrossEncoder
+from .splade import SpladeEncoder
 
 __all__ = ["EmbeddingModel", "StepInputs", "attn_shape", "build_model"]
 
@@ -32,6 +33,8 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
     weights, then moves it to its device and dtype)."""
     if spec.model_type == "null":
         return NullModel(spec)
+    if spec.pipeline is not None and spec.pipeline.splade is not None:
+        return SpladeEncoder(spec, backend)
     if spec.model_type in ENCODERS:
         return CrossEncoder(spec, backend) if spec.is_cross_encoder else BertEmbedder(spec, backend)
     if spec.model_type == "mpnet" and not spec.is_cross_encoder:

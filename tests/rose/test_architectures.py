@@ -154,3 +154,35 @@ def test_modernbert_local_window_matters(modernbert_dir, models_root, texts):
     long = torch.tensor([len(s) > 65 for s in seqs])
     assert long.any() and (~long).any()
     assert cos[long].max() < 0.9999 and cos[~long].min() > 0.99999
+
+
+@pytest.mark.parametrize("arch,strategy", [("bert", "max"), ("xlm-roberta", "max"), ("bert", "sum")])
+def test_splade_matches_sentence_transformers(arch, strategy, models_root, texts):
+    """The same non-zero vocabulary entries as sentence-transformers'
+    SparseEncoder, weights within 1e-3; and the same as the formula on
+    transformers' masked-LM logits."""
+    from sentence_transformers import SparseEncoder
+    from tests.models import tiny_splade
+
+    d = tiny_splade(models_root / f"splade-{arch}-{strategy}", seed=8, arch=arch, strategy=strategy)
+    st = SparseEncoder(str(d), device="cpu")
+    feats = st.tokenize(texts)
+    seqs = [ids[m.bool()].tolist() for ids, m in zip(feats["input_ids"], feats["attention_mask"])]
+    want = st.encode(texts, convert_to_tensor=True).to_dense().float()
+    e = Engine.from_dir(d, device="cpu", dtype="float32")
+    assert e.info.kinds == ("sparse_vocab",) and e.info.dimension == e.info.vocab_size
+    assert e.info.pooling == f"splade_{strategy}"
+    got = e.embed(seqs, kind="sparse_vocab")
+    assert got.shape == want.shape
+    assert torch.equal(got > 0, want > 0) and (want > 0).any()
+    assert (got - want).abs().max() <= 1e-3
+    # Independently of sentence-transformers: log1p(relu(logits)), pooled.
+    from transformers import AutoModelForMaskedLM
+
+    mlm = AutoModelForMaskedLM.from_pretrained(str(d), attn_implementation="eager").eval()
+    with torch.inference_mode():
+        rows = []
+        for s in seqs[:4]:
+            w = torch.log1p(torch.relu(mlm(input_ids=torch.tensor([s])).logits[0]))
+            rows.append(w.max(0).values if strategy == "max" else w.sum(0))
+    assert (got[:4] - torch.stack(rows)).abs().max() <= 1e-3
