@@ -8,6 +8,11 @@ Conventions read from the directory:
 - ``config.json`` ``architectures`` ending in ``ForSequenceClassification``:
   a cross-encoder: one label is a relevance score (``score``), several
   (``id2label``) a classifier (``classify``: one logit per label).
+- ``architectures`` ending in ``ForCausalLM`` without a sentence-transformers
+  Pooling (no modules.json, or one with a ``LogitScore``): a causal-LM
+  reranker (Qwen3-Reranker), scored as sentence-transformers' CrossEncoder
+  does: ``logit(yes) - logit(no)`` at the last token, with ``yes``/``no``
+  from LogitScore's config or the tokenizer's vocabulary.
 - ``sparse_linear.pt`` / ``colbert_linear.pt`` next to an XLM-RoBERTa model
   (BGE-M3's layout): the sparse lexical-weight head and the multi-vector
   (ColBERT) head.
@@ -56,6 +61,8 @@ class ModelSpec:
     model_id: str
     # Special-token roles ("cls_token", "sep_token", ...) → ids.
     special_tokens: dict[str, int] = field(default_factory=dict)
+    # Causal-LM rerankers: the (true, false) token ids whose logits score.
+    score_tokens: tuple[int, int | None] | None = None
 
     @property
     def pooling(self) -> str:
@@ -74,6 +81,8 @@ class ModelSpec:
         label for a relevance scorer; empty for embedders."""
         if not self.is_cross_encoder:
             return ()
+        if self.score_tokens is not None:
+            return ("score",)
         cfg = self.hf_config
         id2label = cfg.get("id2label") or {}
         count = len(id2label) or int(cfg.get("num_labels", 1))
@@ -155,6 +164,8 @@ class ModelSpec:
         model_type = str(hf.get("model_type", "")).replace("_", "-")
         archs = hf.get("architectures") or []
         is_cross = any(a.endswith("ForSequenceClassification") for a in archs)
+        score_tokens = _lm_score_tokens(path) if any(a.endswith("ForCausalLM") for a in archs) else None
+        is_cross = is_cross or score_tokens is not None
         return cls(
             path=path,
             model_type=model_type,
@@ -164,6 +175,7 @@ class ModelSpec:
             is_cross_encoder=is_cross,
             model_id=model_id or path.name,
             special_tokens=_named_token_ids(path, hf),
+            score_tokens=score_tokens,
         )
 
 
@@ -191,10 +203,28 @@ def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
     return positions
 
 
-def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
-    """Special-token roles → ids, from tokenizer_config.json's names looked
-    up in tokenizer.json, else config.json's ``*_token_id`` fields."""
-    tok_cfg = _read_json(path / "tokenizer_config.json") or {}
+def _lm_score_tokens(path: Path) -> tuple[int, int | None] | None:
+    """(true, false) token ids of a causal-LM reranker; None when the
+    directory is a causal LM used as an embedder (it has a Pooling)."""
+    modules = _read_json(path / "modules.json")
+    if isinstance(modules, list):
+        for m in modules:
+            if str(m.get("type", "")).endswith("LogitScore"):
+                cfg = _read_json(path / str(m.get("path", "")) / "config.json") or {}
+                if not isinstance(cfg.get("true_token_id"), int):
+                    raise ModelLoadError(f"{path}: LogitScore config has no true_token_id")
+                false = cfg.get("false_token_id")
+                return int(cfg["true_token_id"]), int(false) if isinstance(false, int) else None
+        return None
+    vocab = _vocabulary(path)
+    if "yes" not in vocab or "no" not in vocab:
+        raise ModelLoadError(f"{path}: a causal LM without a sentence-transformers Pooling is served as a reranker, "
+                             "which needs 'yes' and 'no' tokens in tokenizer.json")
+    return vocab["yes"], vocab["no"]
+
+
+def _vocabulary(path: Path) -> dict[str, int]:
+    """tokenizer.json's tokens → ids, added tokens included."""
     tok = _read_json(path / "tokenizer.json") or {}
     by_content: dict[str, int] = {}
     if isinstance(tok, dict):
@@ -203,6 +233,14 @@ def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
             by_content.update({k: int(v) for k, v in vocab.items()})
         for t in tok.get("added_tokens") or []:
             by_content[t["content"]] = int(t["id"])
+    return by_content
+
+
+def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
+    """Special-token roles → ids, from tokenizer_config.json's names looked
+    up in tokenizer.json, else config.json's ``*_token_id`` fields."""
+    tok_cfg = _read_json(path / "tokenizer_config.json") or {}
+    by_content = _vocabulary(path)
     ids: dict[str, int] = {}
     for role in _TOKEN_ROLES:
         name = tok_cfg.get(role) if isinstance(tok_cfg, dict) else None

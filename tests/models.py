@@ -304,3 +304,29 @@ def tiny_splade(dir, seed: int = 0, arch: str = "bert", strategy: str = "max") -
     transformer = Transformer(str(mlm), transformer_task="fill-mask", max_seq_length=256)
     SparseEncoder(modules=[transformer, SpladePooling(strategy)], device="cpu").save(str(out / "st"))
     return out / "st"
+
+
+def tiny_qwen3_reranker(dir, seed: int = 0, tied: bool = True, st_files: bool = False) -> Path:
+    """A Qwen3-Reranker-0.6B-shaped causal LM (16 query heads, 8 KV heads,
+    head dim 128, the Qwen3 vocabulary and tokenizer, 40960 positions) cut
+    to hidden 128 and 2 layers; ``tied`` LM head as the 0.6B. With
+    ``st_files``, saved as sentence-transformers' CrossEncoder saves it
+    (Transformer + LogitScore); else config and weights only, as on the Hub."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    out = _dir(dir)
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=151669, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                      rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"}, rms_norm_eps=1e-6,
+                      tie_word_embeddings=tied, bos_token_id=151643, eos_token_id=151645)
+    _save(Qwen3ForCausalLM(cfg), out, seed)
+    _tokenizer(out, "qwen3", tokenizer_class="Qwen2Tokenizer", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+               model_max_length=8192)
+    if st_files:
+        from sentence_transformers import CrossEncoder
+
+        st_dir = out.parent / (out.name + "-st")
+        CrossEncoder(str(out), device="cpu").save(str(st_dir))
+        return st_dir
+    return out

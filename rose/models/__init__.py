@@ -10,7 +10,7 @@ from .bert import BertEmbedder
 from .modernbert import ModernBertEmbedder
 from .mpnet import MPNetEmbedder
 from .null import NullModel
-from .qwen3 import Qwen3Embedder
+from .qwen3 import Qwen3Embedder, Qwen3Reranker
 from .rerank import CrossEncoder
 from .splade import SpladeEncoder
 
@@ -41,10 +41,10 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
         return MPNetEmbedder(spec, backend)
     if spec.model_type == "modernbert" and not spec.is_cross_encoder:
         return ModernBertEmbedder(spec, backend)
-    if spec.model_type == "qwen3" and not spec.is_cross_encoder:
-        return Qwen3Embedder(spec, backend)
+    if spec.model_type == "qwen3" and (spec.score_tokens or not spec.is_cross_encoder):
+        return Qwen3Reranker(spec, backend) if spec.score_tokens else Qwen3Embedder(spec, backend)
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
         f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
-        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet, modernbert and qwen3 embedders)"
+        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet, modernbert and qwen3 embedders; qwen3 causal-LM rerankers)"
     )

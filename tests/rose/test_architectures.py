@@ -186,3 +186,48 @@ def test_splade_matches_sentence_transformers(arch, strategy, models_root, texts
             w = torch.log1p(torch.relu(mlm(input_ids=torch.tensor([s])).logits[0]))
             rows.append(w.max(0).values if strategy == "max" else w.sum(0))
     assert (got[:4] - torch.stack(rows)).abs().max() <= 1e-3
+
+
+QWEN3_RERANK_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+                       "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+                       "<|im_start|>user\n")
+QWEN3_RERANK_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def qwen3_rerank_ids(model_dir, query: str, docs: list[str]) -> list[list[int]]:
+    """Qwen3-Reranker's published prompt around each (query, document)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    texts = [f"{QWEN3_RERANK_PREFIX}<Instruct>: Given a web search query, retrieve relevant passages that answer "
+             f"the query\n<Query>: {query}\n<Document>: {d}{QWEN3_RERANK_SUFFIX}" for d in docs]
+    return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+@pytest.mark.parametrize("tied,st_files", [(True, False), (False, False), (True, True)])
+def test_qwen3_reranker_scores(tied, st_files, models_root, texts):
+    """logit(yes) - logit(no) at the last token of transformers'
+    Qwen3ForCausalLM, within 1e-3, and its sigmoid; with sentence-transformers
+    files, the same as CrossEncoder.predict."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.models import tiny_qwen3_reranker
+
+    d = tiny_qwen3_reranker(models_root / f"qwen3-rerank-{tied}-{st_files}", seed=9, tied=tied, st_files=st_files)
+    seqs = qwen3_rerank_ids(d, "what is the capital of france", texts[:10])
+    e = Engine.from_dir(d, device="cpu", dtype="float32")
+    assert e.info.kinds == ("score",) and e.spec.causal
+    got = e.embed(seqs, kind="score")
+    lm = AutoModelForCausalLM.from_pretrained(str(d), attn_implementation="eager").eval()
+    yes, no = e.spec.score_tokens
+    with torch.inference_mode():
+        last = torch.stack([lm(input_ids=torch.tensor([s])).logits[0, -1] for s in seqs])
+    raw = last[:, yes] - last[:, no]
+    assert (got[:, 0] - raw).abs().max() <= 1e-3
+    assert torch.allclose(got[:, 1], torch.softmax(last[:, [no, yes]], dim=1)[:, 1], atol=1e-4)
+    assert raw.std() > 1e-2, "scores must differ between documents for the check to mean anything"
+    if st_files:
+        from sentence_transformers import CrossEncoder
+
+        score = CrossEncoder(str(d), device="cpu")[-1]
+        assert (type(score).__name__, (score.true_token_id, score.false_token_id)) == ("LogitScore", (yes, no))
