@@ -204,28 +204,29 @@ def tiny_qwen3(dir, seed: int = 0, variant: str = "causal") -> Path:
     return out
 
 
-def st_pipeline(dir, base: Path, pooling="mean", dense: tuple[tuple[int, str], ...] = ((48, "Tanh"),),
+def st_pipeline(dir, base: Path, pooling="mean", max_seq_length: int = 256, dense: tuple[tuple[int, str], ...] = ((48, "Tanh"),),
                 normalize: bool = True, seed: int = 0, prompts: dict[str, str] | None = None,
-                default_prompt_name: str | None = None, safe: bool = True) -> Path:
+                default_prompt_name: str | None = None, safe: bool = True, bias: bool = True) -> Path:
     """A sentence-transformers model saved by sentence-transformers itself:
     Transformer (the model in ``base``) + Pooling (``pooling``: one mode or
     a tuple of modes) + a Dense per ``(out_features, activation class in
-    torch.nn)`` with seeded weights + Normalize. ``safe=False`` saves the
-    Dense weights as pytorch_model.bin."""
+    torch.nn)`` with seeded weights (``bias`` or not) + Normalize.
+    ``safe=False`` saves the Dense weights as pytorch_model.bin."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
     out = _dir(dir)
-    transformer = Transformer(str(base), max_seq_length=256)
+    transformer = Transformer(str(base), max_seq_length=max_seq_length)
     dim = transformer.get_embedding_dimension()
     modules = [transformer, Pooling(dim, pooling_mode=pooling)]
     width = modules[1].get_embedding_dimension()
     g = torch.Generator().manual_seed(seed + 7)
     for features, act in dense:
-        layer = Dense(width, features, activation_function=getattr(torch.nn, act)())
+        layer = Dense(width, features, bias=bias, activation_function=getattr(torch.nn, act)())
         with torch.no_grad():
             layer.linear.weight.copy_(torch.randn(features, width, generator=g) * width ** -0.5)
-            layer.linear.bias.copy_(torch.randn(features, generator=g) * 0.1)
+            if bias:
+                layer.linear.bias.copy_(torch.randn(features, generator=g) * 0.1)
         modules.append(layer)
         width = features
     if normalize:
@@ -330,3 +331,30 @@ def tiny_qwen3_reranker(dir, seed: int = 0, tied: bool = True, st_files: bool = 
         CrossEncoder(str(out), device="cpu").save(str(st_dir))
         return st_dir
     return out
+
+
+def tiny_embeddinggemma(dir, seed: int = 0, sliding_window: int = 512) -> Path:
+    """An EmbeddingGemma-300m-shaped encoder (hidden 768, 3 query heads, 1
+    KV head, head dim 256, GeGLU FFN 1152, query_pre_attn_scalar 256,
+    bidirectional, RoPE 1e6 global / 1e4 local) cut to 2 layers (one
+    sliding, one global) and, to stay small, the WordPiece vocabulary and
+    tokenizer of all-MiniLM-L6-v2; its sentence-transformers pipeline as
+    the real model's: mean pooling, Dense 768→3072→768 (no bias,
+    identity), Normalize, and its prompts."""
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    out = _dir(dir)
+    base = out / "hf"
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(vocab_size=30522, hidden_size=768, intermediate_size=1152, num_hidden_layers=2,
+                           num_attention_heads=3, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+                           max_position_embeddings=2048, sliding_window=sliding_window,
+                           layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention=True,
+                           rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                           pad_token_id=0, bos_token_id=101, eos_token_id=102)
+    _save(Gemma3TextModel(cfg), base, seed)
+    _tokenizer(base, "all-minilm-l6-v2", model_max_length=2048)
+    prompts = {"query": "task: search result | query: ", "document": "title: none | text: "}
+    return st_pipeline(out / "st", base, pooling="mean", dense=((3072, "Identity"), (768, "Identity")),
+                       normalize=True, seed=seed, prompts=prompts, bias=False)

@@ -69,7 +69,7 @@ def test_mpnet_half_precision_tracks_fp32(mpnet_dir, texts):
     assert F.cosine_similarity(half.double(), full.double()).min() >= 0.99
 
 
-@pytest.mark.parametrize("fixture", ["mpnet_dir", "modernbert_dir"])
+@pytest.mark.parametrize("fixture", ["mpnet_dir", "modernbert_dir", "gemma_dir"])
 def test_static_buffers_match_eager(request, fixture, texts):
     """The padded (bucketed) static-buffer path, with its filler segment,
     gives the eager vectors on every pass (warm-up, capture, replay)."""
@@ -231,3 +231,55 @@ def test_qwen3_reranker_scores(tied, st_files, models_root, texts):
 
         score = CrossEncoder(str(d), device="cpu")[-1]
         assert (type(score).__name__, (score.true_token_id, score.false_token_id)) == ("LogitScore", (yes, no))
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(models_root):
+    """EmbeddingGemma shape with a 32-token sliding window, so real
+    sentences cross it (the real model's is 512)."""
+    from tests.models import tiny_embeddinggemma
+
+    return tiny_embeddinggemma(models_root / "embeddinggemma", seed=10, sliding_window=32)
+
+
+def test_embeddinggemma_matches_sentence_transformers(gemma_dir, texts):
+    """Transformer (bidirectional Gemma3, sliding + global layers) + mean
+    pooling + two Dense + Normalize, and Matryoshka truncation, as
+    sentence-transformers computes them."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(gemma_dir), device="cpu")
+    feats = st.tokenize(texts)
+    seqs = [ids[m.bool()].tolist() for ids, m in zip(feats["input_ids"], feats["attention_mask"])]
+    assert max(map(len, seqs)) > 17, "some sequences must cross the window (16 either side)"
+    e = Engine.from_dir(gemma_dir, device="cpu", dtype="float32")
+    assert (e.info.architecture, e.info.pooling, e.info.dimension) == ("gemma3-text", "mean", 768)
+    assert e.info.prompts["query"] == "task: search result | query: "
+    assert_close_vectors(e.embed(seqs), st.encode(texts, convert_to_tensor=True).float())
+    # Matryoshka: first 256 values, renormalised.
+    want = st.encode(texts, convert_to_tensor=True, truncate_dim=256, normalize_embeddings=True).float()
+    assert_close_vectors(e.embed(seqs, dimensions=[256] * len(seqs))[:, :256], want)
+
+
+def test_embeddinggemma_hidden_states_match_transformers(gemma_dir, texts):
+    from transformers import Gemma3TextModel
+
+    seqs = tokenize(gemma_dir, texts)
+    model = Gemma3TextModel.from_pretrained(str(gemma_dir), attn_implementation="eager").eval()
+    with torch.inference_mode():
+        want = torch.cat([model(input_ids=torch.tensor([s])).last_hidden_state[0] for s in seqs])
+    e = Engine.from_dir(gemma_dir, device="cpu", dtype="float32")
+    assert_close_vectors(_hidden(e, seqs), want)
+
+
+def test_embeddinggemma_window_matters(gemma_dir, models_root, texts):
+    from tests.models import tiny_embeddinggemma
+
+    wide = tiny_embeddinggemma(models_root / "embeddinggemma-wide", seed=10, sliding_window=4096)
+    seqs = tokenize(gemma_dir, texts)
+    a = Engine.from_dir(gemma_dir, device="cpu", dtype="float32").embed(seqs)
+    b = Engine.from_dir(wide, device="cpu", dtype="float32").embed(seqs)
+    cos = F.cosine_similarity(a, b)
+    long = torch.tensor([len(s) > 17 for s in seqs])
+    assert long.any() and (~long).any()
+    assert cos[long].max() < 0.9999 and cos[~long].min() > 0.99999
