@@ -358,3 +358,24 @@ def tiny_embeddinggemma(dir, seed: int = 0, sliding_window: int = 512) -> Path:
     prompts = {"query": "task: search result | query: ", "document": "title: none | text: "}
     return st_pipeline(out / "st", base, pooling="mean", dense=((3072, "Identity"), (768, "Identity")),
                        normalize=True, seed=seed, prompts=prompts, bias=False)
+
+
+def tiny_nomic_bert(dir, seed: int = 0) -> Path:
+    """A nomic-embed-text-v1.5-shaped NomicBERT in transformers' layout
+    (hidden 768, 12 heads, SwiGLU FFN 3072, vocabulary 30528, RoPE base
+    1000, 2048 positions) cut to 2 layers, with the all-MiniLM-L6-v2
+    WordPiece tokenizer (the same BERT vocabulary); mean pooling,
+    normalised, with nomic's task prefixes as prompts."""
+    from transformers import NomicBertConfig, NomicBertModel
+
+    out = _dir(dir)
+    base = out / "hf"
+    torch.manual_seed(seed)
+    cfg = NomicBertConfig(vocab_size=30528, hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
+                          intermediate_size=3072, max_position_embeddings=2048, type_vocab_size=2,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    _save(NomicBertModel(cfg), base, seed)
+    _tokenizer(base, "all-minilm-l6-v2", model_max_length=2048)
+    prompts = {"query": "search_query: ", "document": "search_document: "}
+    return st_pipeline(out / "st", base, pooling="mean", dense=(), normalize=True, prompts=prompts,
+                       max_seq_length=2048)

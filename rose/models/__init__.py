@@ -10,6 +10,7 @@ from .bert import BertEmbedder
 from .gemma3 import Gemma3Embedder
 from .modernbert import ModernBertEmbedder
 from .mpnet import MPNetEmbedder
+from .nomic_bert import NomicBertEmbedder
 from .null import NullModel
 from .qwen3 import Qwen3Embedder, Qwen3Reranker
 from .rerank import CrossEncoder
@@ -44,10 +45,12 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
         return ModernBertEmbedder(spec, backend)
     if spec.model_type == "gemma3-text" and not spec.is_cross_encoder:
         return Gemma3Embedder(spec, backend)
+    if spec.model_type == "nomic-bert" and not spec.is_cross_encoder:
+        return NomicBertEmbedder(spec, backend)
     if spec.model_type == "qwen3" and (spec.score_tokens or not spec.is_cross_encoder):
         return Qwen3Reranker(spec, backend) if spec.score_tokens else Qwen3Embedder(spec, backend)
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
         f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
-        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet, modernbert, gemma3-text and qwen3 embedders; qwen3 causal-LM rerankers)"
+        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet, modernbert, gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers)"
     )

@@ -69,7 +69,7 @@ def test_mpnet_half_precision_tracks_fp32(mpnet_dir, texts):
     assert F.cosine_similarity(half.double(), full.double()).min() >= 0.99
 
 
-@pytest.mark.parametrize("fixture", ["mpnet_dir", "modernbert_dir", "gemma_dir"])
+@pytest.mark.parametrize("fixture", ["mpnet_dir", "modernbert_dir", "gemma_dir", "nomic_dir"])
 def test_static_buffers_match_eager(request, fixture, texts):
     """The padded (bucketed) static-buffer path, with its filler segment,
     gives the eager vectors on every pass (warm-up, capture, replay)."""
@@ -283,3 +283,39 @@ def test_embeddinggemma_window_matters(gemma_dir, models_root, texts):
     long = torch.tensor([len(s) > 17 for s in seqs])
     assert long.any() and (~long).any()
     assert cos[long].max() < 0.9999 and cos[~long].min() > 0.99999
+
+
+@pytest.fixture(scope="module")
+def nomic_dir(models_root):
+    from tests.models import tiny_nomic_bert
+
+    return tiny_nomic_bert(models_root / "nomic-bert", seed=11)
+
+
+def test_nomic_bert_matches_sentence_transformers(nomic_dir, texts):
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(nomic_dir), device="cpu")
+    feats = st.tokenize(texts)
+    seqs = [ids[m.bool()].tolist() for ids, m in zip(feats["input_ids"], feats["attention_mask"])]
+    e = Engine.from_dir(nomic_dir, device="cpu", dtype="float32")
+    assert (e.info.architecture, e.info.pooling, e.info.max_input_length) == ("nomic-bert", "mean", 2048)
+    assert e.info.prompts == {"query": "search_query: ", "document": "search_document: "}
+    assert_close_vectors(e.embed(seqs), st.encode(texts, convert_to_tensor=True).float())
+    want = torch.cat(ref.encoder_hidden(nomic_dir, seqs))
+    assert_close_vectors(_hidden(e, seqs), want)
+
+
+def test_nomic_bert_remote_code_layout_is_refused(nomic_dir, tmp_path):
+    import json
+    import shutil
+
+    from rose import ModelLoadError
+
+    d = tmp_path / "nomic-remote"
+    shutil.copytree(nomic_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["n_embd"] = cfg.pop("hidden_size")
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="remote-code layout"):
+        Engine.from_dir(d, device="cpu")
