@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,9 +48,21 @@ class ModelInfo:
     default_prompt_name: str | None = None
     # A classifier's label names, one per ``classify`` output value.
     labels: tuple[str, ...] = ()
+    # The model's tokenizer.json and the sha256 of its bytes ("" when the
+    # directory has none): what a gateway must tokenize with, and how it
+    # can tell that two replicas agree.
+    tokenizer_file: str = ""
+    tokenizer_sha256: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _tokenizer_identity(path: Path) -> dict[str, str]:
+    tok = Path(path) / "tokenizer.json"
+    if not tok.is_file():
+        return {}
+    return {"tokenizer_file": str(tok), "tokenizer_sha256": hashlib.sha256(tok.read_bytes()).hexdigest()}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -91,6 +104,7 @@ class Engine:
             prompts=dict(spec.pipeline.prompts) if spec.pipeline else {},
             default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
             labels=spec.labels if OutputKind.CLASSIFY in model.kinds else (),
+            **_tokenizer_identity(spec.path),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
                              graph_settings, graphs, static_on_cpu)

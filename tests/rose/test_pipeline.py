@@ -127,3 +127,17 @@ def test_legacy_pooling_flags(tmp_path, bert_dir, texts):
     e = Engine.from_dir(d, device="cpu", dtype="float32")
     assert e.info.pooling == "cls+max"
     assert_close_vectors(e.embed(seqs), want)
+
+
+def test_tokenizer_identity_is_in_the_info(tmp_path, bert_dir, xlmr_dir):
+    """The tokenizer file and its content hash: equal for the same
+    tokenizer, different for another."""
+    import hashlib
+
+    a = Engine.from_dir(bert_dir, device="cpu").info
+    assert a.tokenizer_file == str(bert_dir / "tokenizer.json")
+    assert a.tokenizer_sha256 == hashlib.sha256((bert_dir / "tokenizer.json").read_bytes()).hexdigest()
+    copy = tmp_path / "copy"
+    shutil.copytree(bert_dir, copy)
+    assert Engine.from_dir(copy, device="cpu").info.tokenizer_sha256 == a.tokenizer_sha256
+    assert Engine.from_dir(xlmr_dir, device="cpu").info.tokenizer_sha256 != a.tokenizer_sha256
