@@ -319,3 +319,24 @@ def test_nomic_bert_remote_code_layout_is_refused(nomic_dir, tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelLoadError, match="remote-code layout"):
         Engine.from_dir(d, device="cpu")
+
+
+@pytest.mark.parametrize("kind", ["classify", "sparse_vocab", "score"])
+def test_new_output_kinds_on_static_buffers(kind, models_root, texts):
+    """The new output kinds through the static-buffer path (bucketed, with
+    a filler segment) equal their eager outputs on every pass."""
+    from tests.models import tiny_qwen3_reranker, tiny_reranker, tiny_splade
+
+    if kind == "classify":
+        d = tiny_reranker(models_root / "static-classifier", seed=12, arch="bert", labels=("a", "b", "c"))
+    elif kind == "sparse_vocab":
+        d = tiny_splade(models_root / "static-splade", seed=12)
+    else:
+        d = tiny_qwen3_reranker(models_root / "static-qwen3-rerank", seed=12)
+    seqs = tokenize(d, texts[:5])
+    want = Engine.from_dir(d, device="cpu", dtype="float32").embed(seqs, kind=kind)
+    e = Engine.from_dir(d, device="cpu", dtype="float32", static_on_cpu=True)
+    for _ in range(3):
+        got = e.embed(seqs, kind=kind)
+        assert got.shape == want.shape and (got - want).abs().max() <= 1e-4
+    assert e.runner.stats.steps["replay"] == 1
