@@ -72,6 +72,7 @@ class Repo:
     commit: str
     branches: dict[str, str] = field(default_factory=dict)  # name → commit
     token: str | None = None  # private: requests need "Bearer <token>"
+    gated: bool = False  # gated: the repo is visible, its files need the token
 
     def commit_of(self, rev: str) -> str | None:
         return rev if rev == self.commit else self.branches.get(rev)
@@ -105,8 +106,8 @@ class FakeHub:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def add(self, repo_id: str, files: dict[str, bytes], commit: str, branches: dict[str, str] | None = None,
-            token: str | None = None) -> None:
-        self.repos[repo_id] = Repo(files, commit, branches or {"main": commit}, token)
+            token: str | None = None, gated: bool = False) -> None:
+        self.repos[repo_id] = Repo(files, commit, branches or {"main": commit}, token, gated)
 
     def fetched(self) -> list[str]:
         """Paths of files downloaded (GET on resolve URLs)."""
@@ -164,7 +165,11 @@ class FakeHub:
 
     def _repo(self, h, repo_id: str) -> Repo | None:
         repo = self.repos.get(repo_id)
-        if repo is not None and repo.token and h.headers.get("authorization") != f"Bearer {repo.token}":
+        authorised = repo is not None and h.headers.get("authorization") == f"Bearer {repo.token}"
+        if repo is not None and repo.gated and not authorised:
+            self._error(h, 403, "GatedRepo", "Access to this model is restricted: you must accept its conditions")
+            return None
+        if repo is not None and repo.token and not repo.gated and not authorised:
             repo = None  # the Hub hides private repos from those without access
         if repo is None:
             self._error(h, 401, "RepoNotFound", "Repository not found")

@@ -182,3 +182,12 @@ def test_repository_without_config_is_a_clear_error(tmp_path, hub):
     hub.add("acme/not-a-model", {"README.md": b"# hello", "notes.json": b"{}"}, COMMIT)
     r = _resolve("acme/not-a-model", _env(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "c"), HF_HUB_OFFLINE="0"))
     assert r.returncode != 0 and "acme/not-a-model@main: the repository has no config.json" in r.stderr, r.stderr
+
+
+def test_gated_model_is_a_clear_error_until_hf_token(tmp_path, hub, st_dense_dir):
+    hub.add("acme/gated", files_of(st_dense_dir), COMMIT, token="hf_granted", gated=True)
+    base = dict(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="0")
+    r = _resolve("acme/gated", _env(**base))
+    assert r.returncode != 0 and "acme/gated@main is gated: accept its terms on the Hub and set HF_TOKEN" in r.stderr, \
+        r.stderr
+    assert _resolve("acme/gated", _env(HF_TOKEN="hf_granted", **base)).returncode == 0
