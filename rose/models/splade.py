@@ -58,6 +58,10 @@ class MaskedLMHead(nn.Module):
 
 class SpladeEncoder(EmbeddingModel):
     kinds = (OutputKind.SPARSE_VOCAB,)
+    # Tokens per slice of the [tokens, vocabulary] logits: bounds the
+    # memory of a large step (4096 x 30522 float32 is 0.5 GB); the slices
+    # depend only on the token count, so a CUDA graph can hold the loop.
+    chunk_tokens = 1024
 
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
@@ -75,15 +79,20 @@ class SpladeEncoder(EmbeddingModel):
     def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         if kind is not OutputKind.SPARSE_VOCAB:
             return super().head(kind, hidden, x)
-        w = torch.log1p(torch.relu(self.mlm(hidden).float()))
-        if self.twice:
-            w = torch.log1p(w)
         n = x.cu_seqlens.numel() - 1
-        out = torch.zeros(n, w.shape[1], dtype=torch.float32, device=w.device)
-        if self.strategy == "sum":
-            return out.index_add_(0, x.seg_ids, w)
-        # Weights are >= 0, so a zero start is the same as -inf.
-        return out.scatter_reduce_(0, x.seg_ids.long().unsqueeze(1).expand_as(w), w, reduce="amax")
+        out = torch.zeros(n, self.dimension, dtype=torch.float32, device=hidden.device)
+        for start in range(0, hidden.shape[0], self.chunk_tokens):
+            h = hidden[start:start + self.chunk_tokens]
+            seg = x.seg_ids[start:start + self.chunk_tokens]
+            w = torch.log1p(torch.relu(self.mlm(h).float()))
+            if self.twice:
+                w = torch.log1p(w)
+            if self.strategy == "sum":
+                out.index_add_(0, seg, w)
+            else:
+                # Weights are >= 0, so a zero start is the same as -inf.
+                out.scatter_reduce_(0, seg.long().unsqueeze(1).expand_as(w), w, reduce="amax")
+        return out
 
     def load(self, w: WeightReader) -> None:
         self.encoder.load(w)
