@@ -255,20 +255,30 @@ def tiny_mpnet(dir, seed: int = 0) -> Path:
     return out
 
 
-def tiny_modernbert(dir, seed: int = 0, local_attention: int = 128) -> Path:
+def tiny_modernbert(dir, seed: int = 0, local_attention: int = 128, labels: tuple[str, ...] | None = None,
+                    classifier_pooling: str = "cls") -> Path:
     """A gte-modernbert-base-shaped ModernBERT (hidden 768, 12 heads, GeGLU
     FFN 1152, vocabulary 50368, 8192 positions, RoPE bases 160000 global /
     10000 local, a global layer every 3) cut to 3 layers (one global, two
     local), with the WordPiece tokenizer of all-MiniLM-L6-v2 (ids fit the
-    vocabulary); CLS pooling, normalised, max length 8192."""
-    from transformers import ModernBertConfig, ModernBertModel
+    vocabulary); CLS pooling, normalised, max length 8192. With ``labels``,
+    a ``ModernBertForSequenceClassification`` instead (gte-reranker-modernbert
+    style with one label), pooling its classifier input by
+    ``classifier_pooling``."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel
 
     out = _dir(dir)
     torch.manual_seed(seed)
     cfg = ModernBertConfig(vocab_size=50368, hidden_size=768, intermediate_size=1152, num_hidden_layers=3,
                            num_attention_heads=12, max_position_embeddings=8192, local_attention=local_attention,
                            global_attn_every_n_layers=3, pad_token_id=50283, bos_token_id=50281,
-                           eos_token_id=50282, cls_token_id=50281, sep_token_id=50282)
+                           eos_token_id=50282, cls_token_id=50281, sep_token_id=50282,
+                           classifier_pooling=classifier_pooling,
+                           **({} if labels is None else {"id2label": dict(enumerate(labels))}))
+    if labels is not None:
+        _save(ModernBertForSequenceClassification(cfg), out, seed)
+        _tokenizer(out, "all-minilm-l6-v2", model_max_length=8192)
+        return out
     _save(ModernBertModel(cfg), out, seed)
     _tokenizer(out, "all-minilm-l6-v2", model_max_length=8192)
     _sentence_transformers(out, "cls", normalize=True, max_seq_length=8192)

@@ -8,7 +8,7 @@ from ..errors import ModelLoadError
 from .base import EmbeddingModel, StepInputs
 from .bert import BertEmbedder
 from .gemma3 import Gemma3Embedder
-from .modernbert import ModernBertEmbedder
+from .modernbert import ModernBertCrossEncoder, ModernBertEmbedder
 from .mpnet import MPNetEmbedder
 from .nomic_bert import NomicBertEmbedder
 from .null import NullModel
@@ -41,8 +41,8 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
         return CrossEncoder(spec, backend) if spec.is_cross_encoder else BertEmbedder(spec, backend)
     if spec.model_type == "mpnet" and not spec.is_cross_encoder:
         return MPNetEmbedder(spec, backend)
-    if spec.model_type == "modernbert" and not spec.is_cross_encoder:
-        return ModernBertEmbedder(spec, backend)
+    if spec.model_type == "modernbert":
+        return ModernBertCrossEncoder(spec, backend) if spec.is_cross_encoder else ModernBertEmbedder(spec, backend)
     if spec.model_type == "gemma3-text" and not spec.is_cross_encoder:
         return Gemma3Embedder(spec, backend)
     if spec.model_type == "nomic-bert" and not spec.is_cross_encoder:
@@ -52,5 +52,5 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
         f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
-        f"(supported: bert, xlm-roberta embedders and cross-encoders; mpnet, modernbert, gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers)"
+        f"(supported: bert, xlm-roberta, modernbert embedders and cross-encoders; mpnet, modernbert, gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers)"
     )

@@ -1,7 +1,7 @@
-"""ModernBERT encoders (gte-modernbert, nomic-modernbert) over the flat
-token axis: pre-norm layers (the first without its attention norm), fused
-QKV, RoPE with one base for global and one for local layers, GeGLU MLP, no
-biases. Every ``global_attn_every_n_layers``-th layer attends globally
+"""ModernBERT encoders (gte-modernbert, nomic-modernbert) and
+cross-encoders (gte-reranker-modernbert) over the flat token axis:
+pre-norm layers (the first without its attention norm), fused QKV, RoPE
+with one base for global and one for local layers, GeGLU MLP, no biases. Every ``global_attn_every_n_layers``-th layer attends globally
 (the ragged backend); the others see a window of ``local_attention / 2``
 tokens either side (``rose.models.padded``)."""
 
@@ -13,7 +13,9 @@ from torch import nn
 from ..attention import AttentionBackend
 from ..config import ModelSpec
 from ..errors import ModelLoadError
+from ..interface import OutputKind
 from ..loader import WeightReader
+from ..pooling import pool
 from .base import EmbeddingModel, StepInputs
 from .layers import activation, copy_linear, copy_norm
 from .padded import PaddedAttention, window_mask
@@ -109,8 +111,8 @@ class ModernBertEmbedder(EmbeddingModel):
         thetas = rope_thetas(cfg)
         for kind, theta in thetas.items():
             self.register_buffer(f"rope_{kind}", rope_table(hidden // heads, theta, spec.max_length), persistent=False)
-        self.sentence = SentenceHead(spec.pipeline, hidden)
-        self.dimension = self.sentence.dimension
+        self.sentence = SentenceHead(spec.pipeline, hidden) if spec.pipeline else None
+        self.dimension = self.sentence.dimension if self.sentence else 0
         self.kinds = tuple(spec.kinds())
 
     def encode(self, x: StepInputs) -> torch.Tensor:
@@ -136,5 +138,40 @@ class ModernBertEmbedder(EmbeddingModel):
             copy_norm(self.final_norm, w, "final_norm")
         for i, layer in enumerate(self.layers):
             layer.load(w, f"layers.{i}.")
-        self.sentence.load_files()
+        if self.sentence is not None:
+            self.sentence.load_files()
+
+
+class ModernBertCrossEncoder(ModernBertEmbedder):
+    """``ModernBertForSequenceClassification`` (gte-reranker-modernbert):
+    CLS or mean pooling (``classifier_pooling``), ``norm(act(dense(.)))``,
+    then the classifier; one label is a ``score``, several ``classify``."""
+
+    def __init__(self, spec: ModelSpec, backend: AttentionBackend):
+        super().__init__(spec, backend)
+        cfg = spec.hf_config
+        hidden = int(cfg["hidden_size"])
+        self.classifier_pooling = str(cfg.get("classifier_pooling", "cls"))
+        if self.classifier_pooling not in ("cls", "mean"):
+            raise ModelLoadError(f"ModernBERT classifier_pooling {self.classifier_pooling!r} is not one of cls, mean")
+        self.head_dense = nn.Linear(hidden, hidden, bias=bool(cfg.get("classifier_bias", False)))
+        self.head_act = activation(str(cfg.get("classifier_activation", "gelu")))
+        self.head_norm = nn.LayerNorm(hidden, eps=float(cfg.get("norm_eps", 1e-5)),
+                                      bias=bool(cfg.get("norm_bias", False)))
+        self.classifier = nn.Linear(hidden, len(spec.labels))
+        self.dimension = len(spec.labels)
+
+    def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        if kind not in self.kinds:
+            return super().head(kind, hidden, x)
+        pooled = pool(hidden, self.classifier_pooling, x.cu_seqlens, x.seg_ids, x.inv_lengths).to(hidden.dtype)
+        logits = self.classifier(self.head_norm(self.head_act(self.head_dense(pooled)))).float()
+        return torch.cat([logits, torch.sigmoid(logits)], dim=1) if kind is OutputKind.SCORE else logits
+
+    def load(self, w: WeightReader) -> None:
+        super().load(w)
+        with torch.no_grad():
+            copy_linear(self.head_dense, w, "head.dense")
+            copy_norm(self.head_norm, w, "head.norm")
+            copy_linear(self.classifier, w, "classifier")
 

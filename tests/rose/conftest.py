@@ -49,6 +49,14 @@ def reranker_bert_dir(models_root):
 
 
 @pytest.fixture(scope="session")
+def modernbert_reranker_dir(models_root):
+    """gte-reranker-modernbert style: ModernBertForSequenceClassification, one label."""
+    from tests.models import tiny_modernbert
+
+    return tiny_modernbert(models_root / "modernbert-reranker", seed=14, labels=("score",))
+
+
+@pytest.fixture(scope="session")
 def qwen3_reranker_dir(models_root):
     """Qwen3-Reranker style: a causal LM scored by its yes/no logits."""
     return tiny_qwen3_reranker(models_root / "qwen3-reranker", seed=9)

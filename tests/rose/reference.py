@@ -66,7 +66,7 @@ def cross_encoder_logits(model_dir: Path, seqs: list[list[int]], token_types: li
     model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), attn_implementation="eager").eval()
     ids, mask = _padded(seqs, int(model.config.pad_token_id or 0))
     types, _ = _padded(token_types, 0)
-    kw = {"token_type_ids": types} if model.config.type_vocab_size > 1 else {}
+    kw = {"token_type_ids": types} if getattr(model.config, "type_vocab_size", 1) > 1 else {}
     logits = model(input_ids=ids, attention_mask=mask, **kw).logits.float()
     return logits if all_labels else logits[:, 0]
 

@@ -342,3 +342,31 @@ def test_new_output_kinds_on_static_buffers(kind, models_root, texts):
         got = e.embed(seqs, kind=kind)
         assert got.shape == want.shape and (got - want).abs().max() <= 1e-4
     assert e.runner.stats.steps["replay"] == 1
+
+
+@pytest.mark.parametrize("labels,pooling", [(("score",), "cls"), (("a", "b", "c"), "mean")])
+def test_modernbert_cross_encoder_logits(labels, pooling, models_root, texts):
+    """ModernBertForSequenceClassification: one label as a score (the
+    gte-reranker-modernbert shape), several as classify; logits within 1e-3
+    of transformers, pairs long enough to cross the local window."""
+    from tokenizers import Tokenizer
+
+    from tests.models import tiny_modernbert
+
+    d = tiny_modernbert(models_root / f"modernbert-ce-{len(labels)}", seed=13, labels=labels,
+                        classifier_pooling=pooling)
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    tok.enable_truncation(300)
+    encs = tok.encode_batch([("which mountain is the highest in the alps", t) for t in texts]
+                            + [("long", " ".join(texts))])
+    seqs, types = [e.ids for e in encs], [e.type_ids for e in encs]
+    assert max(map(len, seqs)) > 65
+    e = Engine.from_dir(d, device="cpu", dtype="float32")
+    kind = "score" if len(labels) == 1 else "classify"
+    assert e.info.kinds == (kind,)
+    got = e.embed(seqs, kind=kind)
+    want = ref.cross_encoder_logits(d, seqs, types, all_labels=True)
+    logits = got[:, :1] if kind == "score" else got
+    assert logits.shape == want.shape and (logits - want).abs().max() <= 1e-3
+    if kind == "score":
+        assert torch.allclose(got[:, 1], torch.sigmoid(want[:, 0]), atol=1e-4)
