@@ -1,11 +1,18 @@
 """What a Hugging Face model directory says about the model: architecture,
-pooling, normalisation, maximum input length, extra heads, special tokens.
+the sentence-transformers pipeline (``rose.pipeline``: pooling, Dense,
+normalisation, prompts), maximum input length, extra heads, special tokens.
 Decided here, once.
 
 Conventions read from the directory:
 
 - ``config.json`` ``architectures`` ending in ``ForSequenceClassification``:
-  a cross-encoder (one score per sequence; ``num_labels`` must be 1).
+  a cross-encoder: one label is a relevance score (``score``), several
+  (``id2label``) a classifier (``classify``: one logit per label).
+- ``architectures`` ending in ``ForCausalLM`` without a sentence-transformers
+  Pooling (no modules.json, or one with a ``LogitScore``): a causal-LM
+  reranker (Qwen3-Reranker), scored as sentence-transformers' CrossEncoder
+  does: ``logit(yes) - logit(no)`` at the last token, with ``yes``/``no``
+  from LogitScore's config or the tokenizer's vocabulary.
 - ``sparse_linear.pt`` / ``colbert_linear.pt`` next to an XLM-RoBERTa model
   (BGE-M3's layout): the sparse lexical-weight head and the multi-vector
   (ColBERT) head.
@@ -25,17 +32,8 @@ from typing import Any
 
 from .errors import ModelLoadError
 from .interface import OutputKind
+from .pipeline import Pipeline, read_pipeline
 
-# Pooling modes in sentence-transformers' Pooling config, in its own order.
-_POOLING_KEYS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_lasttoken": "last",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-}
-SUPPORTED_POOLING = ("cls", "mean", "last")
 SPARSE_HEAD = "sparse_linear.pt"
 COLBERT_HEAD = "colbert_linear.pt"
 _TOKEN_ROLES = ("cls_token", "bos_token", "eos_token", "sep_token", "pad_token", "unk_token")
@@ -57,13 +55,44 @@ class ModelSpec:
     path: Path
     model_type: str  # config.json's model_type: "bert", "xlm-roberta", "qwen3", ...
     hf_config: dict[str, Any]
-    pooling: str  # "cls" | "mean" | "last" | "none" (cross-encoders)
-    normalize: bool  # the model's own pipeline normalises dense outputs
+    pipeline: Pipeline | None  # sentence-transformers modules; None for cross-encoders (and null)
     max_length: int  # longest input, special tokens included
     is_cross_encoder: bool
     model_id: str
     # Special-token roles ("cls_token", "sep_token", ...) → ids.
     special_tokens: dict[str, int] = field(default_factory=dict)
+    # Causal-LM rerankers: the (true, false) token ids whose logits score.
+    score_tokens: tuple[int, int | None] | None = None
+
+    @property
+    def pooling(self) -> str:
+        """Pooling modes joined by "+" ("cls", "mean", "last", "cls+mean",
+        ...); "none" for cross-encoders."""
+        return self.pipeline.pooling_name if self.pipeline else "none"
+
+    @property
+    def normalize(self) -> bool:
+        """Whether the model's own pipeline ends by L2-normalising."""
+        return bool(self.pipeline and self.pipeline.normalize)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """A classifier's label names by index (``id2label``); one unnamed
+        label for a relevance scorer; empty for embedders."""
+        if not self.is_cross_encoder:
+            return ()
+        if self.score_tokens is not None:
+            return ("score",)
+        cfg = self.hf_config
+        id2label = cfg.get("id2label") or {}
+        count = len(id2label) or int(cfg.get("num_labels", 1))
+        try:
+            names = {int(k): str(v) for k, v in id2label.items()}
+        except ValueError as e:
+            raise ModelLoadError(f"{self.path}/config.json: id2label keys must be integers ({e})") from e
+        if sorted(names) != list(range(len(names))):
+            raise ModelLoadError(f"{self.path}/config.json: id2label must number its labels 0..{count - 1}")
+        return tuple(names.get(i, f"LABEL_{i}") for i in range(count))
 
     @property
     def hidden_size(self) -> int:
@@ -105,7 +134,9 @@ class ModelSpec:
     def kinds(self) -> list[OutputKind]:
         """The outputs this model directory can produce."""
         if self.is_cross_encoder:
-            return [OutputKind.SCORE]
+            return [OutputKind.SCORE] if len(self.labels) == 1 else [OutputKind.CLASSIFY]
+        if self.pipeline is not None and self.pipeline.splade is not None:
+            return [OutputKind.SPARSE_VOCAB]
         kinds = [OutputKind.DENSE]
         if self.sparse_head is not None:
             kinds.append(OutputKind.SPARSE)
@@ -133,56 +164,35 @@ class ModelSpec:
         model_type = str(hf.get("model_type", "")).replace("_", "-")
         archs = hf.get("architectures") or []
         is_cross = any(a.endswith("ForSequenceClassification") for a in archs)
-        pooling, normalize = _pipeline(path, model_type, is_cross)
+        score_tokens = _lm_score_tokens(path) if any(a.endswith("ForCausalLM") for a in archs) else None
+        is_cross = is_cross or score_tokens is not None
         return cls(
             path=path,
             model_type=model_type,
             hf_config=hf,
-            pooling=pooling,
-            normalize=normalize,
+            pipeline=_pipeline(path, model_type, is_cross),
             max_length=_max_length(path, hf, model_type),
             is_cross_encoder=is_cross,
             model_id=model_id or path.name,
             special_tokens=_named_token_ids(path, hf),
+            score_tokens=score_tokens,
         )
 
 
-def _pipeline(path: Path, model_type: str, is_cross: bool) -> tuple[str, bool]:
-    """Pooling and normalisation from sentence-transformers' modules.json."""
+def _pipeline(path: Path, model_type: str, is_cross: bool) -> Pipeline | None:
+    """The sentence-transformers pipeline; without modules.json, decoders
+    pool the last token and encoders the CLS token, as their own model
+    cards do."""
     if is_cross or model_type == "null":
-        return "none", False
-    modules = _read_json(path / "modules.json")
-    if not isinstance(modules, list):
-        # No sentence-transformers config: decoders pool the last token,
-        # encoders the CLS token, as their own model cards do.
-        return ("last" if model_type.startswith("qwen") else "cls"), True
-    pooling = None
-    normalize = False
-    for m in modules:
-        kind = str(m.get("type", ""))
-        if kind.endswith("Pooling"):
-            cfg = _read_json(path / m.get("path", "") / "config.json") or {}
-            modes = [name for key, name in _POOLING_KEYS.items() if cfg.get(key)]
-            if cfg.get("pooling_mode") in _POOLING_KEYS.values():
-                modes = [cfg["pooling_mode"]]
-            if len(modes) != 1 or modes[0] not in SUPPORTED_POOLING:
-                raise ModelLoadError(
-                    f"{path}: pooling {modes or 'none'} is not supported "
-                    f"(supported: one of {', '.join(SUPPORTED_POOLING)})"
-                )
-            pooling = modes[0]
-        elif kind.endswith("Normalize"):
-            normalize = True
-    if pooling is None:
-        raise ModelLoadError(f"{path}: modules.json has no Pooling module")
-    return pooling, normalize
+        return None
+    return read_pipeline(path, "last" if model_type.startswith("qwen") else "cls")
 
 
 def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
     """sentence-transformers' max_seq_length, else the tokenizer's
     model_max_length, capped by what the position table holds."""
     positions = int(hf.get("max_position_embeddings", 1 << 30))
-    if model_type in ("xlm-roberta", "roberta"):
+    if model_type in ("xlm-roberta", "roberta", "mpnet"):
         # Positions start after the padding index (padding_idx + 1).
         positions -= int(hf.get("pad_token_id", 1)) + 1
     st = _read_json(path / "sentence_bert_config.json") or {}
@@ -193,10 +203,28 @@ def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
     return positions
 
 
-def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
-    """Special-token roles → ids, from tokenizer_config.json's names looked
-    up in tokenizer.json, else config.json's ``*_token_id`` fields."""
-    tok_cfg = _read_json(path / "tokenizer_config.json") or {}
+def _lm_score_tokens(path: Path) -> tuple[int, int | None] | None:
+    """(true, false) token ids of a causal-LM reranker; None when the
+    directory is a causal LM used as an embedder (it has a Pooling)."""
+    modules = _read_json(path / "modules.json")
+    if isinstance(modules, list):
+        for m in modules:
+            if str(m.get("type", "")).endswith("LogitScore"):
+                cfg = _read_json(path / str(m.get("path", "")) / "config.json") or {}
+                if not isinstance(cfg.get("true_token_id"), int):
+                    raise ModelLoadError(f"{path}: LogitScore config has no true_token_id")
+                false = cfg.get("false_token_id")
+                return int(cfg["true_token_id"]), int(false) if isinstance(false, int) else None
+        return None
+    vocab = _vocabulary(path)
+    if "yes" not in vocab or "no" not in vocab:
+        raise ModelLoadError(f"{path}: a causal LM without a sentence-transformers Pooling is served as a reranker, "
+                             "which needs 'yes' and 'no' tokens in tokenizer.json")
+    return vocab["yes"], vocab["no"]
+
+
+def _vocabulary(path: Path) -> dict[str, int]:
+    """tokenizer.json's tokens → ids, added tokens included."""
     tok = _read_json(path / "tokenizer.json") or {}
     by_content: dict[str, int] = {}
     if isinstance(tok, dict):
@@ -205,6 +233,14 @@ def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
             by_content.update({k: int(v) for k, v in vocab.items()})
         for t in tok.get("added_tokens") or []:
             by_content[t["content"]] = int(t["id"])
+    return by_content
+
+
+def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
+    """Special-token roles → ids, from tokenizer_config.json's names looked
+    up in tokenizer.json, else config.json's ``*_token_id`` fields."""
+    tok_cfg = _read_json(path / "tokenizer_config.json") or {}
+    by_content = _vocabulary(path)
     ids: dict[str, int] = {}
     for role in _TOKEN_ROLES:
         name = tok_cfg.get(role) if isinstance(tok_cfg, dict) else None

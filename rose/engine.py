@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from .config import ModelSpec
 from .errors import InvalidBatchError
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
-from .loader import WeightReader, read_safetensors, strip_prefix
+from .loader import WeightReader, read_weights, strip_prefix
 from .graphs import GraphKey, GraphSettings
 from .models import EmbeddingModel, attn_shape, build_model
 from .runner import Runner
@@ -40,9 +41,28 @@ class ModelInfo:
     multi_vector_dimension: int
     dtype: str
     device: str
+    # sentence-transformers' prompts (name → text prepended to the input)
+    # and the one to apply when a request names none: the host's default
+    # templates.
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    # A classifier's label names, one per ``classify`` output value.
+    labels: tuple[str, ...] = ()
+    # The model's tokenizer.json and the sha256 of its bytes ("" when the
+    # directory has none): what a gateway must tokenize with, and how it
+    # can tell that two replicas agree.
+    tokenizer_file: str = ""
+    tokenizer_sha256: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _tokenizer_identity(path: Path) -> dict[str, str]:
+    tok = Path(path) / "tokenizer.json"
+    if not tok.is_file():
+        return {}
+    return {"tokenizer_file": str(tok), "tokenizer_sha256": hashlib.sha256(tok.read_bytes()).hexdigest()}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -81,6 +101,10 @@ class Engine:
             multi_vector_dimension=model.multi_vector_dimension,
             dtype=str(dtype).removeprefix("torch."),
             device=str(device),
+            prompts=dict(spec.pipeline.prompts) if spec.pipeline else {},
+            default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
+            labels=spec.labels if OutputKind.CLASSIFY in model.kinds else (),
+            **_tokenizer_identity(spec.path),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
                              graph_settings, graphs, static_on_cpu)
@@ -107,7 +131,7 @@ class Engine:
         dt = resolve_dtype(dtype, dev)
         backend = select_backend(attn_shape(spec), dev, dt, attention)
         model = build_model(spec, backend)
-        tensors = {} if spec.model_type == "null" else read_safetensors(spec.path)
+        tensors = {} if spec.model_type == "null" else read_weights(spec.path)
         weights = WeightReader(strip_prefix(tensors), str(spec.path))
         model.load(weights)
         leftover = weights.unused(ignore=("pooler.", "position_ids", "lm_head."))

@@ -32,12 +32,18 @@ class OutputKind(str, enum.Enum):
       first), ``multi_vector_dimension`` values each, L2-normalised.
     - ``score``: one row per sequence, 2 values: the raw logit and the
       model's activation of it (sigmoid).
+    - ``classify``: one row per sequence, one raw logit per label (in the
+      order of ``ModelInfo.labels``); the host applies softmax or sigmoid.
+    - ``sparse_vocab``: one row per sequence, one weight per vocabulary
+      entry (SPLADE), mostly zero; the host keeps the non-zero ones.
     """
 
     DENSE = "dense"
     SPARSE = "sparse"
     MULTI_VECTOR = "multi_vector"
     SCORE = "score"
+    CLASSIFY = "classify"
+    SPARSE_VOCAB = "sparse_vocab"
 
 
 @dataclass(frozen=True)

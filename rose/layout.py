@@ -81,7 +81,7 @@ def step_inputs(arena: torch.Tensor, layout: Layout, backend: AttentionBackend, 
 def rows_for(kind: OutputKind, layout: Layout) -> int:
     """How many leading output rows belong to real sequences (the row
     layout of each kind is described in ``interface.OutputKind``)."""
-    if kind in (OutputKind.DENSE, OutputKind.SCORE):
+    if kind in (OutputKind.DENSE, OutputKind.SCORE, OutputKind.CLASSIFY, OutputKind.SPARSE_VOCAB):
         return layout.sequences
     if kind is OutputKind.SPARSE:
         return layout.real_tokens

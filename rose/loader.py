@@ -1,4 +1,5 @@
-"""Reading weights from a Hugging Face model directory (safetensors)."""
+"""Reading weights from a Hugging Face model directory: safetensors, or
+PyTorch ``.bin`` files when a model has no safetensors."""
 
 from __future__ import annotations
 
@@ -11,25 +12,36 @@ from safetensors.torch import load_file
 from .errors import ModelLoadError
 
 # Prefixes that task wrappers put in front of the base model's names.
-_PREFIXES = ("bert.", "roberta.", "model.", "encoder_model.")
+_PREFIXES = ("bert.", "roberta.", "mpnet.", "model.", "encoder_model.")
 
 
-def read_safetensors(path: Path, files: list[str] | None = None) -> dict[str, torch.Tensor]:
-    """All tensors of the model (single file or sharded), on the CPU."""
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the model (single file or sharded), on the CPU:
+    safetensors when the directory has them, else ``pytorch_model.bin``
+    (loaded with ``weights_only``, so no code in it runs)."""
     path = Path(path)
-    if files is None:
-        index = path / "model.safetensors.index.json"
-        if index.is_file():
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        elif (path / "model.safetensors").is_file():
-            files = ["model.safetensors"]
-        else:
-            raise ModelLoadError(f"{path} has no model.safetensors (only safetensors weights are read)")
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (path / index).is_file():
+            try:
+                files = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError) as e:
+                raise ModelLoadError(f"{path / index}: {e}") from e
+            return _read_files(path, files)
+        if (path / single).is_file():
+            return _read_files(path, [single])
+    raise ModelLoadError(f"{path} has no weights (looked for model.safetensors, its index, and pytorch_model.bin)")
+
+
+def _read_files(path: Path, files: list[str]) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         try:
-            tensors.update(load_file(str(path / f), device="cpu"))
-        except Exception as e:  # safetensors raises several unrelated types
+            if f.endswith(".safetensors"):
+                tensors.update(load_file(str(path / f), device="cpu"))
+            else:
+                tensors.update(torch.load(path / f, map_location="cpu", weights_only=True))
+        except Exception as e:  # safetensors and torch raise several unrelated types
             raise ModelLoadError(f"cannot read {path / f}: {e}") from e
     return tensors
 

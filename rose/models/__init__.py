@@ -7,9 +7,14 @@ from ..config import ModelSpec
 from ..errors import ModelLoadError
 from .base import EmbeddingModel, StepInputs
 from .bert import BertEmbedder
+from .gemma3 import Gemma3Embedder
+from .modernbert import ModernBertCrossEncoder, ModernBertEmbedder
+from .mpnet import MPNetEmbedder
+from .nomic_bert import NomicBertEmbedder
 from .null import NullModel
-from .qwen3 import Qwen3Embedder
+from .qwen3 import Qwen3Embedder, Qwen3Reranker
 from .rerank import CrossEncoder
+from .splade import SpladeEncoder
 
 __all__ = ["EmbeddingModel", "StepInputs", "attn_shape", "build_model"]
 
@@ -30,12 +35,22 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
     weights, then moves it to its device and dtype)."""
     if spec.model_type == "null":
         return NullModel(spec)
+    if spec.pipeline is not None and spec.pipeline.splade is not None:
+        return SpladeEncoder(spec, backend)
     if spec.model_type in ENCODERS:
         return CrossEncoder(spec, backend) if spec.is_cross_encoder else BertEmbedder(spec, backend)
-    if spec.model_type == "qwen3" and not spec.is_cross_encoder:
-        return Qwen3Embedder(spec, backend)
+    if spec.model_type == "mpnet" and not spec.is_cross_encoder:
+        return MPNetEmbedder(spec, backend)
+    if spec.model_type == "modernbert":
+        return ModernBertCrossEncoder(spec, backend) if spec.is_cross_encoder else ModernBertEmbedder(spec, backend)
+    if spec.model_type == "gemma3-text" and not spec.is_cross_encoder:
+        return Gemma3Embedder(spec, backend)
+    if spec.model_type == "nomic-bert" and not spec.is_cross_encoder:
+        return NomicBertEmbedder(spec, backend)
+    if spec.model_type == "qwen3" and (spec.score_tokens or not spec.is_cross_encoder):
+        return Qwen3Reranker(spec, backend) if spec.score_tokens else Qwen3Embedder(spec, backend)
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
         f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
-        f"(supported: bert, xlm-roberta embedders and cross-encoders; qwen3 embedders)"
+        f"(supported: bert, xlm-roberta, modernbert embedders and cross-encoders; mpnet, modernbert, gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers)"
     )

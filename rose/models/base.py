@@ -10,7 +10,7 @@ from torch import nn
 
 from ..attention import AttnPlan
 from ..interface import OutputKind
-from ..pooling import finish_dense, pool
+from ..pooling import finish_dense
 
 
 @dataclass
@@ -31,7 +31,6 @@ class EmbeddingModel(nn.Module):
     """Base class: subclasses implement ``encode`` and set the attributes."""
 
     kinds: tuple[OutputKind, ...] = (OutputKind.DENSE,)
-    pooling: str = "mean"
     dimension: int = 0
     multi_vector_dimension: int = 0
     causal: bool = False
@@ -41,8 +40,13 @@ class EmbeddingModel(nn.Module):
         raise NotImplementedError
 
     def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
-        """Pooled vector per sequence before Matryoshka/normalisation."""
-        return pool(hidden, self.pooling, x.cu_seqlens, x.seg_ids, x.inv_lengths)
+        """Pooled vector per sequence before Matryoshka/normalisation: the
+        model's ``sentence`` module (a ``SentenceHead``: pooling and the
+        sentence-transformers modules after it)."""
+        sentence = getattr(self, "sentence", None)
+        if sentence is None:
+            raise ValueError("this model does not produce dense outputs")
+        return sentence(hidden, x)
 
     def forward(self, kind: OutputKind, x: StepInputs) -> torch.Tensor:
         hidden = self.encode(x)

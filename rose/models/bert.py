@@ -18,6 +18,7 @@ from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
 from .heads import ColbertHead, SparseHead
 from .layers import activation, copy_fused, copy_linear, copy_norm, segment_cumsum
+from .sentence import SentenceHead
 
 
 class BertLayer(nn.Module):
@@ -129,8 +130,8 @@ class BertEmbedder(EmbeddingModel):
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
         self.encoder = BertEncoder(spec.hf_config, backend, padding_idx(spec))
-        self.pooling = spec.pooling
-        self.dimension = spec.hidden_size
+        self.sentence = SentenceHead(spec.pipeline, spec.hidden_size)
+        self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())
         self.spec = spec
         self.sparse = SparseHead(spec.hidden_size, spec.vocab_size, spec.special_token_ids()) \
@@ -151,6 +152,7 @@ class BertEmbedder(EmbeddingModel):
 
     def load(self, w: WeightReader) -> None:
         self.encoder.load(w)
+        self.sentence.load_files()
         if self.sparse is not None:
             self.sparse.load_file(self.spec.sparse_head)
         if self.colbert is not None:

@@ -86,17 +86,16 @@ class ColbertHead(nn.Module):
 class ClassifierHead(nn.Module):
     """Sequence classification on the first token, ``out(tanh(dense(h)))``:
     BERT's pooler + classifier and XLM-R's classification head share this
-    shape. Returns (raw logit, sigmoid) per sequence."""
+    shape. Returns the raw logits [n, labels] in float32."""
 
-    def __init__(self, hidden: int):
+    def __init__(self, hidden: int, labels: int = 1):
         super().__init__()
         self.dense = nn.Linear(hidden, hidden)
-        self.out = nn.Linear(hidden, 1)
+        self.out = nn.Linear(hidden, labels)
 
     def forward(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         cls = hidden[first_token_index(x.cu_seqlens)]
-        logit = self.out(torch.tanh(self.dense(cls))).float()
-        return torch.cat([logit, torch.sigmoid(logit)], dim=1)
+        return self.out(torch.tanh(self.dense(cls))).float()
 
     def load(self, w: WeightReader, dense: str, out: str) -> None:
         with torch.no_grad():

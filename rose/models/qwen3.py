@@ -13,9 +13,11 @@ from torch import nn
 from ..attention import AttentionBackend
 from ..config import ModelSpec
 from ..errors import ModelLoadError
+from ..interface import OutputKind
 from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
 from .layers import RMSNorm, copy_fused, copy_linear, copy_norm
+from .sentence import SentenceHead
 
 
 def rope_theta(cfg: dict) -> float:
@@ -110,9 +112,9 @@ class Qwen3Embedder(EmbeddingModel):
         # Positions never exceed the served maximum length.
         self.register_buffer("rope", rope_table(head_dim, rope_theta(cfg), spec.max_length), persistent=False)
         self.causal = spec.causal
-        self.pooling = spec.pooling
+        self.sentence = SentenceHead(spec.pipeline, hidden) if spec.pipeline else None
         self.quantization = spec.quantization
-        self.dimension = hidden
+        self.dimension = self.sentence.dimension if self.sentence else 0
         self.kinds = tuple(spec.kinds())
 
     def encode(self, x: StepInputs) -> torch.Tensor:
@@ -138,3 +140,35 @@ class Qwen3Embedder(EmbeddingModel):
             copy_norm(self.norm, w, "norm")
         for i, layer in enumerate(self.layers):
             layer.load(w, f"layers.{i}.")
+        if self.sentence is not None:
+            self.sentence.load_files()
+
+
+class Qwen3Reranker(Qwen3Embedder):
+    """A Qwen3 causal LM used as a reranker (Qwen3-Reranker): the host
+    formats each (query, document) pair in the model's prompt, and the
+    score is ``logit(yes) - logit(no)`` at the last token, with its
+    sigmoid (= the softmax probability of "yes" over the two). Only the
+    two LM-head rows are kept."""
+
+    def __init__(self, spec: ModelSpec, backend: AttentionBackend):
+        super().__init__(spec, backend)
+        self.true_id, self.false_id = spec.score_tokens  # type: ignore[misc]
+        self.tied = bool(spec.hf_config.get("tie_word_embeddings", False))
+        self.rows = nn.Linear(int(spec.hf_config["hidden_size"]), 1 if self.false_id is None else 2, bias=False)
+        self.dimension = 1
+        self.kinds = (OutputKind.SCORE,)
+
+    def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        if kind is not OutputKind.SCORE:
+            return super().head(kind, hidden, x)
+        logits = self.rows(hidden[x.cu_seqlens[1:].long() - 1]).float()
+        raw = logits[:, :1] if self.false_id is None else logits[:, :1] - logits[:, 1:]
+        return torch.cat([raw, torch.sigmoid(raw)], dim=1)
+
+    def load(self, w: WeightReader) -> None:
+        super().load(w)
+        table = self.embed.weight if self.tied or "lm_head.weight" not in w else w.take("lm_head.weight")
+        ids = [self.true_id] + ([] if self.false_id is None else [self.false_id])
+        with torch.no_grad():
+            self.rows.weight.copy_(table[ids])

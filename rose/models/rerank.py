@@ -1,6 +1,7 @@
-"""Cross-encoder rerankers: BERT (``BertForSequenceClassification``) and
-XLM-RoBERTa (``XLMRobertaForSequenceClassification``). One score per
-(query, document) sequence: the raw logit and its sigmoid."""
+"""Cross-encoders: BERT (``BertForSequenceClassification``) and XLM-RoBERTa
+(``XLMRobertaForSequenceClassification``). With one label, a reranker: one
+score per (query, document) sequence, the raw logit and its sigmoid. With
+several (``id2label``), a classifier: one raw logit per label."""
 
 from __future__ import annotations
 
@@ -27,23 +28,19 @@ def second_segment(token_ids: torch.Tensor, sep_id: int, cu_seqlens: torch.Tenso
 
 
 class CrossEncoder(EmbeddingModel):
-    """A BERT-family encoder with a one-label classification head."""
+    """A BERT-family encoder with a classification head."""
 
-    kinds = (OutputKind.SCORE,)
     pooling = "none"
 
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
         cfg = spec.hf_config
-        labels = len(cfg.get("id2label") or {}) or int(cfg.get("num_labels", 1))
-        if labels != 1:
-            raise ModelLoadError(
-                f"{spec.path}: cross-encoders with {labels} labels are not supported (one relevance score only)"
-            )
+        labels = len(spec.labels)
+        self.kinds = tuple(spec.kinds())
         self.encoder = BertEncoder(cfg, backend, padding_idx(spec))
-        self.classifier = ClassifierHead(spec.hidden_size)
+        self.classifier = ClassifierHead(spec.hidden_size, labels)
         self.family = spec.model_type
-        self.dimension = 1
+        self.dimension = labels
         self.sep_id = None
         if int(cfg.get("type_vocab_size", 1)) > 1:
             self.sep_id = spec.token_id("sep_token")
@@ -57,8 +54,9 @@ class CrossEncoder(EmbeddingModel):
         return self.encoder(x, types)
 
     def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
-        if kind is OutputKind.SCORE:
-            return self.classifier(hidden, x)
+        if kind in self.kinds:
+            logits = self.classifier(hidden, x)
+            return torch.cat([logits, torch.sigmoid(logits)], dim=1) if kind is OutputKind.SCORE else logits
         return super().head(kind, hidden, x)
 
     def load(self, w: WeightReader) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import corpus_lines
-from tests.models import tiny_bert, tiny_qwen3, tiny_reranker, tiny_xlmr
+from tests.models import tiny_bert, tiny_qwen3, tiny_qwen3_reranker, tiny_reranker, tiny_xlmr
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +46,20 @@ def reranker_xlmr_dir(models_root):
 @pytest.fixture(scope="session")
 def reranker_bert_dir(models_root):
     return tiny_reranker(models_root / "rerank-bert", seed=4, arch="bert")
+
+
+@pytest.fixture(scope="session")
+def modernbert_reranker_dir(models_root):
+    """gte-reranker-modernbert style: ModernBertForSequenceClassification, one label."""
+    from tests.models import tiny_modernbert
+
+    return tiny_modernbert(models_root / "modernbert-reranker", seed=14, labels=("score",))
+
+
+@pytest.fixture(scope="session")
+def qwen3_reranker_dir(models_root):
+    """Qwen3-Reranker style: a causal LM scored by its yes/no logits."""
+    return tiny_qwen3_reranker(models_root / "qwen3-reranker", seed=9)
 
 
 @pytest.fixture(scope="session")

@@ -57,16 +57,18 @@ def qwen3_hidden(model_dir: Path, seqs: list[list[int]], bidirectional: bool) ->
 
 
 @torch.inference_mode()
-def cross_encoder_logits(model_dir: Path, seqs: list[list[int]], token_types: list[list[int]]) -> torch.Tensor:
-    """``AutoModelForSequenceClassification`` logits, one per pair, with the
-    tokenizer's token type ids."""
+def cross_encoder_logits(model_dir: Path, seqs: list[list[int]], token_types: list[list[int]],
+                         all_labels: bool = False) -> torch.Tensor:
+    """``AutoModelForSequenceClassification`` logits, one per pair (or
+    every label's, [n, labels]), with the tokenizer's token type ids."""
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), attn_implementation="eager").eval()
     ids, mask = _padded(seqs, int(model.config.pad_token_id or 0))
     types, _ = _padded(token_types, 0)
-    kw = {"token_type_ids": types} if model.config.type_vocab_size > 1 else {}
-    return model(input_ids=ids, attention_mask=mask, **kw).logits[:, 0].float()
+    kw = {"token_type_ids": types} if getattr(model.config, "type_vocab_size", 1) > 1 else {}
+    logits = model(input_ids=ids, attention_mask=mask, **kw).logits.float()
+    return logits if all_labels else logits[:, 0]
 
 
 def m3_sparse(hidden: torch.Tensor, ids: list[int], head: dict, unused: set[int]) -> dict[int, float]:

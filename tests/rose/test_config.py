@@ -48,7 +48,7 @@ def _copy(src, tmp_path, **config_changes):
 
 
 @pytest.mark.parametrize("fixture,changes,message", [
-    ("reranker_xlmr_dir", {"id2label": {"0": "a", "1": "b"}}, "2 labels"),
+    ("reranker_xlmr_dir", {"id2label": {"0": "a", "2": "b"}}, "id2label must number its labels 0..1"),
     ("qwen3_dir", {"use_sliding_window": True}, "sliding-window"),
     ("qwen3_dir", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}, "RoPE scaling"),
     ("pplx_dir", {"embedding_quantization": "int4"}, "embedding_quantization"),

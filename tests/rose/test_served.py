@@ -101,3 +101,26 @@ def test_reranker_serves_scores(served, reranker_xlmr_dir, texts):
     with pytest.raises(grpc.RpcError) as e:
         client.embed(seqs, kind="dense")
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_qwen3_reranker_serves_scores(served, qwen3_reranker_dir, texts):
+    from .test_architectures import qwen3_rerank_ids
+
+    client, engine = served("qwen3_reranker_dir")
+    seqs = qwen3_rerank_ids(qwen3_reranker_dir, "which mountain is highest", texts[:6])
+    assert list(client.info().kinds) == [client.pb2.OUTPUT_KIND_SCORE]
+    want = engine.embed(seqs, kind="score").numpy()
+    np.testing.assert_allclose(client.embed(seqs, kind="score").values[:, 0], want[:, 1], atol=1e-5)
+    np.testing.assert_allclose(client.embed(seqs, kind="score", raw_scores=True).values[:, 0], want[:, 0], atol=1e-5)
+
+
+def test_modernbert_reranker_serves_scores(served, modernbert_reranker_dir, texts):
+    from tokenizers import Tokenizer
+
+    client, engine = served("modernbert_reranker_dir")
+    tok = Tokenizer.from_file(str(modernbert_reranker_dir / "tokenizer.json"))
+    seqs = [e.ids for e in tok.encode_batch([("which mountain is highest", t) for t in texts[:8]])]
+    assert list(client.info().kinds) == [client.pb2.OUTPUT_KIND_SCORE]
+    want = engine.embed(seqs, kind="score").numpy()
+    np.testing.assert_allclose(client.embed(seqs, kind="score").values[:, 0], want[:, 1], atol=1e-5)
+    np.testing.assert_allclose(client.embed(seqs, kind="score", raw_scores=True).values[:, 0], want[:, 0], atol=1e-5)
