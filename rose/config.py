@@ -25,27 +25,17 @@ Conventions read from the directory:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ModelLoadError
 from .interface import OutputKind
-from .pipeline import Pipeline, read_pipeline
+from .pipeline import Pipeline, read_json, read_pipeline
 
 SPARSE_HEAD = "sparse_linear.pt"
 COLBERT_HEAD = "colbert_linear.pt"
 _TOKEN_ROLES = ("cls_token", "bos_token", "eos_token", "sep_token", "pad_token", "unk_token")
-
-
-def _read_json(path: Path) -> dict[str, Any] | list[Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"{path}: {e}") from e
 
 
 @dataclass
@@ -158,7 +148,7 @@ class ModelSpec:
         path = Path(path)
         if not path.is_dir():
             raise ModelLoadError(f"model directory {path} does not exist")
-        hf = _read_json(path / "config.json")
+        hf = read_json(path / "config.json")
         if not isinstance(hf, dict):
             raise ModelLoadError(f"{path} has no config.json")
         model_type = str(hf.get("model_type", "")).replace("_", "-")
@@ -195,8 +185,8 @@ def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
     if model_type in ("xlm-roberta", "roberta", "mpnet"):
         # Positions start after the padding index (padding_idx + 1).
         positions -= int(hf.get("pad_token_id", 1)) + 1
-    st = _read_json(path / "sentence_bert_config.json") or {}
-    tok = _read_json(path / "tokenizer_config.json") or {}
+    st = read_json(path / "sentence_bert_config.json") or {}
+    tok = read_json(path / "tokenizer_config.json") or {}
     for candidate in (st.get("max_seq_length"), tok.get("model_max_length")):
         if isinstance(candidate, (int, float)) and 0 < candidate < 1e6:
             return min(int(candidate), positions)
@@ -206,11 +196,11 @@ def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:
 def _lm_score_tokens(path: Path) -> tuple[int, int | None] | None:
     """(true, false) token ids of a causal-LM reranker; None when the
     directory is a causal LM used as an embedder (it has a Pooling)."""
-    modules = _read_json(path / "modules.json")
+    modules = read_json(path / "modules.json")
     if isinstance(modules, list):
         for m in modules:
             if str(m.get("type", "")).endswith("LogitScore"):
-                cfg = _read_json(path / str(m.get("path", "")) / "config.json") or {}
+                cfg = read_json(path / str(m.get("path", "")) / "config.json") or {}
                 if not isinstance(cfg.get("true_token_id"), int):
                     raise ModelLoadError(f"{path}: LogitScore config has no true_token_id")
                 false = cfg.get("false_token_id")
@@ -225,7 +215,7 @@ def _lm_score_tokens(path: Path) -> tuple[int, int | None] | None:
 
 def _vocabulary(path: Path) -> dict[str, int]:
     """tokenizer.json's tokens → ids, added tokens included."""
-    tok = _read_json(path / "tokenizer.json") or {}
+    tok = read_json(path / "tokenizer.json") or {}
     by_content: dict[str, int] = {}
     if isinstance(tok, dict):
         vocab = (tok.get("model") or {}).get("vocab")
@@ -239,7 +229,7 @@ def _vocabulary(path: Path) -> dict[str, int]:
 def _named_token_ids(path: Path, hf: dict[str, Any]) -> dict[str, int]:
     """Special-token roles → ids, from tokenizer_config.json's names looked
     up in tokenizer.json, else config.json's ``*_token_id`` fields."""
-    tok_cfg = _read_json(path / "tokenizer_config.json") or {}
+    tok_cfg = read_json(path / "tokenizer_config.json") or {}
     by_content = _vocabulary(path)
     ids: dict[str, int] = {}
     for role in _TOKEN_ROLES:

@@ -100,7 +100,8 @@ class Pipeline:
         return dim
 
 
-def _read(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A JSON file's content, None when the file is missing."""
     if not path.is_file():
         return None
     try:
@@ -112,7 +113,7 @@ def _read(path: Path) -> Any:
 def read_prompts(path: Path) -> tuple[dict[str, str], str | None]:
     """``prompts`` and ``default_prompt_name`` of
     config_sentence_transformers.json (empty when absent)."""
-    cfg = _read(path / "config_sentence_transformers.json") or {}
+    cfg = read_json(path / "config_sentence_transformers.json") or {}
     prompts = cfg.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
         raise ModelLoadError(f"{path / 'config_sentence_transformers.json'}: prompts must map names to strings")
@@ -156,7 +157,7 @@ def _splade(cfg: dict[str, Any], folder: Path) -> SpladeStep:
 
 
 def _dense(folder: Path) -> DenseStep:
-    cfg = _read(folder / "config.json")
+    cfg = read_json(folder / "config.json")
     if not isinstance(cfg, dict):
         raise ModelLoadError(f"Dense module {folder} has no config.json")
     act = str(cfg.get("activation_function", "torch.nn.modules.activation.Tanh"))
@@ -180,7 +181,7 @@ def read_pipeline(path: Path, default_pooling: str) -> Pipeline:
     """The pipeline of ``modules.json``; without one, ``default_pooling``
     and normalisation (what the model families' own cards do)."""
     prompts, default_prompt = read_prompts(path)
-    modules = _read(path / "modules.json")
+    modules = read_json(path / "modules.json")
     if modules is None:
         return Pipeline((default_pooling,), normalize=True, prompts=prompts, default_prompt_name=default_prompt)
     if not isinstance(modules, list):
@@ -199,7 +200,7 @@ def read_pipeline(path: Path, default_pooling: str) -> Pipeline:
                     f"{path}: a Transformer module at {m.get('path')!r} (not the first module, at the "
                     "directory's root) is not supported"
                 )
-            task = (_read(path / "sentence_bert_config.json") or {}).get("transformer_task")
+            task = (read_json(path / "sentence_bert_config.json") or {}).get("transformer_task")
             task = "fill-mask" if name == "MLMTransformer" else task
             if task not in (None, "feature-extraction", "fill-mask"):
                 raise ModelLoadError(f"{path}: Transformer task {task!r} is not supported")
@@ -207,13 +208,13 @@ def read_pipeline(path: Path, default_pooling: str) -> Pipeline:
         elif name == "SpladePooling":
             if not mlm or pooling is not None or splade is not None:
                 raise ModelLoadError(f"{path}: SpladePooling must follow a fill-mask (masked-LM) Transformer")
-            splade = _splade(_read(folder / "config.json") or {}, folder)
+            splade = _splade(read_json(folder / "config.json") or {}, folder)
         elif name == "Pooling":
             if mlm:
                 raise ModelLoadError(f"{path}: Pooling over masked-LM logits (fill-mask) is not supported")
             if pooling is not None or steps:
                 raise ModelLoadError(f"{path}: a second Pooling, or one after Dense/Normalize, is not supported")
-            pooling = pooling_modes(_read(folder / "config.json") or {}, folder)
+            pooling = pooling_modes(read_json(folder / "config.json") or {}, folder)
         elif name == "Dense":
             steps.append(_dense(folder))
         elif name == "Normalize":
