@@ -10,9 +10,12 @@ IVY_PORT=${IVY_PORT:-8080}
 
 model_dir=$("$PY" -c 'from tulip.launcher import default_model_dir; print(default_model_dir())')
 
-"$PY" -m tulip --model "$model_dir" --host 127.0.0.1 --port "$TULIP_PORT" &
+# Ivy runs next to Tulip, so it reaches it over a Unix socket (the lower
+# latency path; README, "Latency: the settings that matter").
+socket="${TMPDIR:-/tmp}/tulip-rose-$TULIP_PORT.sock"
+"$PY" -m tulip --model "$model_dir" --host 127.0.0.1 --port "$TULIP_PORT" --unix-socket "$socket" &
 tulip_pid=$!
-"${CARGO_TARGET_DIR:-target}/release/ivy" --tulip "http://127.0.0.1:$TULIP_PORT" --tokenizer "$model_dir" \
+"${CARGO_TARGET_DIR:-target}/release/ivy" --tulip "unix://$socket" --tokenizer "$model_dir" \
     --host 0.0.0.0 --port "$IVY_PORT" &
 ivy_pid=$!
 trap 'kill -TERM $ivy_pid $tulip_pid 2>/dev/null; wait' INT TERM EXIT
