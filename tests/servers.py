@@ -86,14 +86,22 @@ class Process:
         self._log.close()
 
     def wait_until(self, ready, timeout: float, what: str) -> None:
+        """Polls ``ready`` until true; the process is stopped when it exits
+        early, when ``ready`` raises (a broken client never becomes ready),
+        or after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}) before {what}:\n{self.log()[-4000:]}")
-            if ready():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not {what} after {timeout}s:\n{self.log()[-4000:]}")
+        try:
+            while time.monotonic() < deadline:
+                if not self.alive():
+                    raise RuntimeError(
+                        f"{self.name} exited ({self.proc.returncode}) before {what}:\n{self.log()[-4000:]}")
+                if ready():
+                    return
+                time.sleep(0.1)
+            raise RuntimeError(f"{self.name} not {what} after {timeout}s:\n{self.log()[-4000:]}")
+        except BaseException:
+            self.stop(timeout=5)
+            raise
 
 
 class Tulip(Process):
@@ -108,6 +116,12 @@ class Tulip(Process):
                "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
+        # Stubs that cannot import (missing, or generated for a newer
+        # grpcio/protobuf) would make every readiness probe fail until the
+        # timeout: fail before starting anything instead.
+        from tulip.client import load_stubs
+
+        load_stubs("tulip")
         super().__init__(f"tulip-{self.port}", cmd, env, log_dir)
         self.wait_until(self._serving, timeout, "serving")
 
@@ -130,14 +144,18 @@ class Tulip(Process):
         return TulipClient(self.target)
 
     def _serving(self) -> bool:
+        """Whether Info answers. Only gRPC errors mean "not yet": anything
+        else (stubs, client bugs) is raised at once."""
+        import grpc
+
         from tulip.client import TulipClient
 
-        try:
-            with TulipClient(self.target, timeout=1.0) as c:
+        with TulipClient(self.target, timeout=1.0) as c:
+            try:
                 c.info()
-            return True
-        except Exception:
-            return False
+            except grpc.RpcError:
+                return False
+        return True
 
 
 def start_tulips(n: int, model_dir: str | None = None, *, log_dir: Path, **flags) -> list[Tulip]:
