@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
 
     from . import serve
+    from ._native import bind_cuda_device
 
+    # Tulip's completion thread waits on this device's events; it never
+    # touched CUDA itself, so it is given this device's primary context.
+    bind_cuda_device(str(engine.device))
     try:
         serve(
             engine,
