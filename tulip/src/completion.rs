@@ -70,7 +70,10 @@ fn device_failed(reason: &str) {
     if let Some(hook) = DEVICE_FAILURE.get() {
         return hook(reason);
     }
-    tracing::error!(reason, "device failure: the CUDA context is unusable; exiting");
+    tracing::error!(
+        reason,
+        "device failure: the CUDA context is unusable; exiting"
+    );
     // Leaves a moment for the failed requests' answers to be written.
     std::thread::sleep(Duration::from_millis(200));
     std::process::exit(EXIT_DEVICE_FAILURE);

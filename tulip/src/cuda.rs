@@ -51,7 +51,11 @@ pub enum WaitError {
     /// The event did not complete within the deadline (a hung kernel).
     Timeout(Duration),
     /// The driver reported an error for the event.
-    Cuda { call: &'static str, code: i32, name: String },
+    Cuda {
+        call: &'static str,
+        code: i32,
+        name: String,
+    },
 }
 
 impl WaitError {
@@ -71,7 +75,9 @@ impl std::fmt::Display for WaitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WaitError::Unavailable(m) => f.write_str(m),
-            WaitError::Timeout(d) => write!(f, "CUDA event not complete after {:.1}s", d.as_secs_f64()),
+            WaitError::Timeout(d) => {
+                write!(f, "CUDA event not complete after {:.1}s", d.as_secs_f64())
+            }
             WaitError::Cuda { call, code, name } => write!(f, "{call} failed: {name} ({code})"),
         }
     }
@@ -121,7 +127,9 @@ fn load() -> Result<Driver, String> {
         }
         macro_rules! optional {
             ($t:ty, $name:literal) => {
-                lib.get::<$t>(concat!($name, "\0").as_bytes()).ok().map(|s| *s)
+                lib.get::<$t>(concat!($name, "\0").as_bytes())
+                    .ok()
+                    .map(|s| *s)
             };
         }
         Ok(Driver {
@@ -173,7 +181,11 @@ fn check(d: &Driver, call: &'static str, code: CuResult) -> Result<(), WaitError
     if code == CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(WaitError::Cuda { call, code, name: name(d, code) })
+        Err(WaitError::Cuda {
+            call,
+            code,
+            name: name(d, code),
+        })
     }
 }
 
@@ -190,8 +202,16 @@ fn prepare_thread(d: &Driver) -> Result<(), WaitError> {
         check(d, "cuCtxGetCurrent", (d.ctx_get_current)(&mut ctx))?;
         if ctx.is_null() {
             let mut dev: c_int = 0;
-            check(d, "cuDeviceGet", (d.device_get)(&mut dev, DEVICE.load(Ordering::Relaxed)))?;
-            check(d, "cuDevicePrimaryCtxRetain", (d.primary_retain)(&mut ctx, dev))?;
+            check(
+                d,
+                "cuDeviceGet",
+                (d.device_get)(&mut dev, DEVICE.load(Ordering::Relaxed)),
+            )?;
+            check(
+                d,
+                "cuDevicePrimaryCtxRetain",
+                (d.primary_retain)(&mut ctx, dev),
+            )?;
             check(d, "cuCtxSetCurrent", (d.ctx_set_current)(ctx))?;
         }
         if let Some(exchange) = d.exchange_mode {
@@ -236,7 +256,13 @@ pub fn wait_for(event: usize, timeout: Duration) -> Result<(), WaitError> {
         match unsafe { (d.query)(event as *mut c_void) } {
             CUDA_SUCCESS => return Ok(()),
             CUDA_ERROR_NOT_READY => {}
-            rc => return Err(WaitError::Cuda { call: "cuEventQuery", code: rc, name: name(d, rc) }),
+            rc => {
+                return Err(WaitError::Cuda {
+                    call: "cuEventQuery",
+                    code: rc,
+                    name: name(d, rc),
+                })
+            }
         }
         let waited = start.elapsed();
         if waited >= timeout {
@@ -258,7 +284,11 @@ pub fn is_complete(event: usize) -> Result<bool, WaitError> {
     match unsafe { (d.query)(event as *mut c_void) } {
         CUDA_SUCCESS => Ok(true),
         CUDA_ERROR_NOT_READY => Ok(false),
-        rc => Err(WaitError::Cuda { call: "cuEventQuery", code: rc, name: name(d, rc) }),
+        rc => Err(WaitError::Cuda {
+            call: "cuEventQuery",
+            code: rc,
+            name: name(d, rc),
+        }),
     }
 }
 
@@ -282,13 +312,24 @@ mod tests {
 
     #[test]
     fn sticky_errors_are_fatal_and_others_not() {
-        let illegal = WaitError::Cuda { call: "cuEventQuery", code: 700, name: "CUDA_ERROR_ILLEGAL_ADDRESS".into() };
+        let illegal = WaitError::Cuda {
+            call: "cuEventQuery",
+            code: 700,
+            name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        };
         assert!(illegal.is_fatal());
         assert!(WaitError::Timeout(Duration::from_secs(1)).is_fatal());
-        let invalid = WaitError::Cuda { call: "cuEventQuery", code: 400, name: "CUDA_ERROR_INVALID_HANDLE".into() };
+        let invalid = WaitError::Cuda {
+            call: "cuEventQuery",
+            code: 400,
+            name: "CUDA_ERROR_INVALID_HANDLE".into(),
+        };
         assert!(!invalid.is_fatal());
         assert!(!WaitError::Unavailable("no driver".into()).is_fatal());
-        assert_eq!(illegal.to_string(), "cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)");
+        assert_eq!(
+            illegal.to_string(),
+            "cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+        );
     }
 
     #[test]

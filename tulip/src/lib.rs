@@ -79,10 +79,11 @@ fn serve(
 #[pyo3(signature = (handle, timeout_s=None))]
 fn wait_event(py: Python<'_>, handle: usize, timeout_s: Option<f64>) -> PyResult<()> {
     let timeout = timeout_s.map_or_else(cuda::default_timeout, Duration::from_secs_f64);
-    py.detach(|| cuda::wait_for(handle, timeout)).map_err(|e| match e {
-        cuda::WaitError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
-        _ => pyo3::exceptions::PyRuntimeError::new_err(e.to_string()),
-    })
+    py.detach(|| cuda::wait_for(handle, timeout))
+        .map_err(|e| match e {
+            cuda::WaitError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
+            _ => pyo3::exceptions::PyRuntimeError::new_err(e.to_string()),
+        })
 }
 
 /// Which GPU's primary context threads without a CUDA context use when
