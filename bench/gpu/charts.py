@@ -36,7 +36,7 @@ def scoring(tulip, hf, shape: Shape, length: int, batches: list[int], rounds: in
             seqs = [token_ids(shape, length, seed=1000 + k) for k in range(b)]
             req, h = c.request(seqs), hf_step(hf, shape, seqs, device)
             lat = interleave({"tulip": lambda i: c.stub.Embed(req), "transformers eager": lambda i: h()},
-                             rounds, warmup=2, seed=b)
+                             rounds, warmup=3, seed=b)
             out[str(b)] = {k: Stats.of(v).to_dict() for k, v in lat.items()}
     return out
 

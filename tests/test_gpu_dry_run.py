@@ -1,0 +1,84 @@
+"""The GPU script's dry run on the CPU: the preflight, the incremental
+writing of gpu.json/gpu.md, and the isolation of sections (a forced failure
+in one leaves the others' results; a forced crash keeps everything written
+before it). Runs with the stubs built from a descriptor set, as on the GPU
+machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tulip.client import write_descriptors
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def descriptors(tmp_path_factory) -> Path:
+    return write_descriptors(tmp_path_factory.mktemp("protos") / "protos.desc")
+
+
+def dry_run(out: Path, descriptors: Path, *flags: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TULIP_PROTO_DESCRIPTORS": str(descriptors), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "bench.gpu.run", "--dry-run", "--out", str(out), *flags],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_failed_section_keeps_the_others_and_a_crash_keeps_what_was_written(tmp_path, descriptors):
+    res = dry_run(tmp_path, descriptors, "--only", "gate/minilm,check/*,minilm/online,minilm/scoring",
+                  "--fail-section", "check/event_wait,minilm/scoring=exit")
+    log = res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 3, log  # the forced crash, in the last section
+    out = json.loads((tmp_path / "gpu.json").read_text())
+    sections = out["sections"]
+    assert out["preflight"]["passed"], log
+    assert [n for n in sections if n.startswith("preflight/")] == [
+        "preflight/versions", "preflight/extension", "preflight/stubs", "preflight/event_wait", "preflight/tulip"]
+    assert sections["preflight/stubs"]["result"]["source"] == "descriptor set"
+    # The forced raise is recorded, and the sections around it ran.
+    assert sections["check/event_wait"]["status"] == "error"
+    assert "forced failure" in sections["check/event_wait"]["error"]
+    assert sections["gate/minilm"]["status"] == "ok"
+    assert all(r["status"] == "passed" for r in sections["gate/minilm"]["result"])
+    assert sections["check/graph_replay/minilm"]["status"] == "ok"
+    assert sections["minilm/online"]["status"] == "ok", sections["minilm/online"]
+    assert set(sections["minilm/online"]["result"]) == {"16", "64", "128"}
+    # The crash came before scoring recorded anything; all above survived.
+    assert "minilm/scoring" not in sections
+    assert "passed" not in out  # the run never finished
+    md = (tmp_path / "gpu.md").read_text()
+    assert "| check/event_wait | error |" in md and "## minilm/online" in md
+
+
+def test_a_failed_preflight_stops_the_run_with_a_message(tmp_path, descriptors):
+    res = dry_run(tmp_path, descriptors, "--fail-section", "preflight/stubs")
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "PREFLIGHT FAILED at stubs" in res.stderr
+    out = json.loads((tmp_path / "gpu.json").read_text())
+    assert out["preflight"] == {"passed": False, "step": "stubs",
+                                "error": "ForcedFailure: preflight/stubs: forced failure (--fail-section)"}
+    assert list(out["sections"]) == ["preflight/versions", "preflight/extension", "preflight/stubs"]
+    assert "Preflight failed at stubs" in (tmp_path / "gpu.md").read_text()
+
+
+def test_graph_configurations_fall_in_the_buckets_of_the_charts_batches():
+    from bench.gpu.run import Sizes, graph_configurations
+    from rose.graphs import GraphKey, GraphSettings
+
+    settings, sizes = GraphSettings(), Sizes(dry=False)
+    configs = graph_configurations(sizes)
+    # The engine captures "NxT" in the bucket of T - 1 real tokens: that must
+    # be the bucket a batch of N sequences of L tokens falls in.
+    for text in configs["serving"] + configs["overlap"]:
+        key = GraphKey.parse(text)
+        assert settings.bucket(key.tokens - 1) is not None, text
+    assert "1x129" in configs["serving"] and "1x4097" in configs["serving"]
+    assert settings.bucket(4096) == settings.bucket(GraphKey.parse("1x4097").tokens - 1)
+    assert "8x1025" in configs["overlap"]
+    assert all(GraphKey.parse(c).tokens - 1 < settings.max_tokens for c in configs["serving"])
