@@ -38,7 +38,10 @@ def _detail(name: str, r) -> list[str]:
                    f"{r['inflection_tokens']} tokens\n")
         return out + _latency("Sweep", "tokens", r["sweep"], ["rose eager", "rose graphs"])
     if kind == "online":
-        return _latency("Online through Tulip (gRPC)", "tokens", r, ["tulip", "transformers eager"])
+        sides = ["tulip", "transformers eager"]
+        if any("loadgen floor" in v for v in r.values()):
+            sides.append("loadgen floor")  # the compiled client's own cost, against a null server
+        return _latency("Online through Tulip (gRPC)", "tokens", r, sides)
     if kind == "scoring":
         return _latency("Scoring through Tulip", "batch", r, ["tulip", "transformers eager"])
     if kind == "throughput":
@@ -47,7 +50,7 @@ def _detail(name: str, r) -> list[str]:
                       [[k, v["tulip_embeddings_per_s"], v["transformers_embeddings_per_s"], v["ratio"]]
                        for k, v in r.items()])]
     if kind == "concurrency":
-        return [f"\nConcurrency ({r['path']}), ms:\n",
+        return [f"\nConcurrency ({r['path']}; client: {r.get('client', 'python')}), ms:\n",
                 table(["clients", "count", "p50", "p90", "p99", "requests/s"],
                       [[k, v["count"], v["p50"], v["p90"], v["p99"], v["requests_per_s"]]
                        for k, v in r["by_clients"].items()])]

@@ -47,6 +47,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from bench.gpu import charts, checks, models, preflight  # noqa: E402
+from bench.gpu.loadgen import Loadgen  # noqa: E402
 from bench.gpu.recorder import EXIT_FAILED, EXIT_PREFLIGHT, Budget, Recorder, Skip, parse_failures  # noqa: E402
 from bench.gpu.report import markdown  # noqa: E402
 from bench.gpu.timing import eager_vs_graphs, inflection  # noqa: E402
@@ -122,6 +123,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     default_ivy = env("IVY_BIN") or str(REPO / "gpu-bundle" / "ivy")
     p.add_argument("--ivy", type=Path, default=Path(default_ivy),
                    help="the ivy binary; without it the concurrency chart goes to Tulip over gRPC [IVY_BIN]")
+    default_loadgen = env("LOADGEN_BIN") or str(REPO / "gpu-bundle" / "loadgen")
+    p.add_argument("--loadgen", type=Path, default=Path(default_loadgen),
+                   help="the compiled load generator (bench/loadgen); without it the online and concurrency "
+                        "charts use Python clients [LOADGEN_BIN]")
     args = p.parse_args(argv)
     if args.out is None:
         p.error("--out is required when $OUT is not set")
@@ -139,6 +144,8 @@ class Run:
         self.device, self.dtype = ("cpu", "float32") if self.dry else ("cuda", "bfloat16")
         self.sizes = Sizes(self.dry)
         self.captures = graph_configurations(self.sizes) if self.device == "cuda" else {}
+        lg = Loadgen(args.loadgen)
+        self.loadgen = lg if lg.available() else None
         self.gated: dict[str, dict] = {}
         self.servers: dict[str, object] = {}
         self.procs: list = []
@@ -265,7 +272,8 @@ class Run:
     def online(self, name: str) -> None:
         m = self.gated[name]
         self.rec.section(f"{name}/online", lambda: charts.online(
-            self.server(name), self.hf(m), m["shape"], self.lengths(m), self.sizes.rounds, self.device))
+            self.server(name), self.hf(m), m["shape"], self.lengths(m), self.sizes.rounds, self.device,
+            self.loadgen))
 
     def scoring(self, name: str) -> None:
         m, s = self.gated[name], self.sizes
@@ -295,8 +303,9 @@ class Run:
                 self.register(ivy)
                 port, how = ivy.port, "HTTP through Ivy, real text"
                 texts = inputs.texts_of_tokens(str(m["dir"]), s.conc_length, 8)
-            out = charts.concurrency(port, tulip, m["shape"], texts, s.conc_length, s.conc_levels, s.conc_per_level)
-            return {"path": how, "by_clients": out}
+            out = charts.concurrency(port, tulip, m["shape"], texts, s.conc_length, s.conc_levels, s.conc_per_level,
+                                     self.loadgen)
+            return {"path": how, "client": "loadgen" if self.loadgen else "python", "by_clients": out}
 
         self.rec.section(f"{name}/concurrency", run)
 
