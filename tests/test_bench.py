@@ -80,3 +80,4 @@ def test_gpu_script_dry_run(tmp_path):
     for name in ("graphs", "online", "scoring", "throughput", "concurrency", "overlap"):
         assert sections[f"minilm/{name}"]["status"] == "ok", (name, sections[f"minilm/{name}"])
     assert sections["backends"]["status"] == "ok" and sections["backends"]["result"]["cells"]
+    assert sections["gpu_tests"]["status"] == "ok"  # collected, and skipped without CUDA

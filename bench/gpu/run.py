@@ -18,7 +18,8 @@ one, so a crash or a kill keeps what was done:
    kernel-launch inflection point), ``<model>/online``, ``<model>/scoring``;
 5. then ``<model>/throughput``, ``<model>/concurrency``, ``<model>/overlap``;
 6. ``backends``: every attention backend timed per (shape, batch) cell, and
-   the selection table those cells make.
+   the selection table those cells make;
+7. ``gpu_tests``: the repository's ``gpu``-marked tests (never run elsewhere).
 
     python -m bench.gpu.run                          # on the GPU machine
     python -m bench.gpu.run --dry-run --out /tmp/x   # on a CPU, tiny shapes
@@ -332,6 +333,21 @@ class Run:
 
         self.rec.section("backends", run)
 
+    def gpu_tests(self) -> None:
+        """The repository's ``gpu``-marked pytest tests, which only ever run
+        on a GPU machine; bounded by what is left of the hard limit."""
+        def run():
+            import subprocess
+
+            left = max(30.0, self.args.hard_limit - self.rec.budget.elapsed - 30)
+            res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                                  "tests/rose", "tests/test_overlap.py"], cwd=REPO, capture_output=True, text=True,
+                                 timeout=left)
+            tail = (res.stdout + res.stderr)[-3000:]
+            return {"exit_status": res.returncode, "summary": tail.strip().splitlines()[-1:], "output_tail": tail}
+
+        self.rec.section("gpu_tests", run, verdict=lambda r: r["exit_status"] in (0, 5))
+
     def skip(self, section: str, name: str) -> None:
         self.rec.skip(f"{name}/{section}", "not gated (failed or errored gate, or not run)")
 
@@ -368,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             run.skip(section, name)
             run.backends()
+            run.gpu_tests()
         finally:
             run.stop_all()
     failed = rec.failed()
