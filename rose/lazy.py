@@ -21,6 +21,8 @@ from .pinned import PinnedPool
 
 # Seconds a Python-side wait may take (the same variable bounds Tulip's).
 SYNC_TIMEOUT_S = float(os.environ.get("TULIP_EVENT_TIMEOUT_S") or 120)
+# How long a wait spins before it starts sleeping between polls.
+SPIN_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,19 @@ class LazyTensor:
         ``DeviceError`` instead of blocking its caller (and shutdown) forever."""
         if self._event is None:
             return
-        deadline = time.monotonic() + timeout
-        pause = 5e-6
+        start = time.monotonic()
+        pause = 1e-5
         while not _query(self._event):
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - start
+            if waited >= timeout:
                 raise DeviceError(f"a step's CUDA event did not complete within {timeout:.0f}s (hung kernel?)")
+            # Short steps are seen at once (a spin that still lets other
+            # Python threads run); longer ones are polled with a back-off.
+            if waited < SPIN_S:
+                time.sleep(0)
+                continue
             time.sleep(pause)
-            pause = min(pause * 2, 1e-4)
+            pause = min(pause * 2, 2e-4)
 
     def tensor(self) -> torch.Tensor:
         """The ``[rows, cols]`` host tensor, after waiting. Copy it before

@@ -58,9 +58,10 @@ class Runner:
         self.dimension = dimension
         self.normalize_default = normalize_default
         self.cuda = device.type == "cuda"
-        if self.cuda:
+        if self.cuda and device.index is not None:
             # Kernels, the pinned copies and the event go to the current
             # device: with cuda:N, N > 0, that has to be N (see ``run``).
+            # Plain "cuda" means the current device, already right.
             torch.cuda.set_device(device)
         # Static buffers on the CPU run the same bookkeeping without graphs,
         # so the path can be tested where there is no GPU. A backend that pads
