@@ -75,10 +75,29 @@ def test_graph_configurations_fall_in_the_buckets_of_the_charts_batches():
     configs = graph_configurations(sizes)
     # The engine captures "NxT" in the bucket of T - 1 real tokens: that must
     # be the bucket a batch of N sequences of L tokens falls in.
-    for text in configs["serving"] + configs["overlap"]:
+    assert set(configs["overlap-off"]) <= set(configs["serving"])  # the serving Tulip is overlap's "on"
+    for text in configs["serving"]:
         key = GraphKey.parse(text)
         assert settings.bucket(key.tokens - 1) is not None, text
     assert "1x129" in configs["serving"] and "1x4097" in configs["serving"]
     assert settings.bucket(4096) == settings.bucket(GraphKey.parse("1x4097").tokens - 1)
-    assert "8x1025" in configs["overlap"]
+    assert "8x1025" in configs["overlap-off"]
     assert all(GraphKey.parse(c).tokens - 1 < settings.max_tokens for c in configs["serving"])
+
+
+def test_the_captured_configurations_run_on_the_static_path(tmp_path):
+    """What Tulip's --capture does with the list, on the CPU's static path
+    (same dispatcher and buckets, no graph): every configuration the
+    model's length allows is accepted and warmed up then captured."""
+    from bench.gpu.run import Sizes, fitting, graph_configurations
+    from rose import Engine
+    from rose.graphs import GraphSettings, State
+    from tests.models import tiny_bert
+
+    bert_dir = tiny_bert(tmp_path / "bert")
+    configs = graph_configurations(Sizes(dry=False))["serving"]
+    fit = fitting(configs, 512)  # tiny_bert's limit
+    assert "1x129" in fit and "1x4097" not in fit and "8x1025" in fit
+    e = Engine.from_dir(bert_dir, device="cpu", static_on_cpu=True, graph_settings=GraphSettings())
+    e.capture(fit)
+    assert e.runner.dispatcher.counts()[State.CAPTURED.value] == len(fit)

@@ -92,11 +92,26 @@ def graph_configurations(sizes: Sizes, max_tokens: int = 8192, max_sequences: in
         return sorted({f"{n}x{n * length + 1}" for n, length in pairs
                        if n <= max_sequences and n * length + 1 < max_tokens})
 
+    overlap = [(c, sizes.overlap["length"]) for c in range(1, sizes.overlap["clients"] + 1)]
     serving = [(1, n) for n in sizes.lengths]
     serving += [(b, sizes.score_length) for b in sizes.score_batches]
     serving += [(c, sizes.conc_length) for c in range(1, max(sizes.conc_levels) + 1)]
-    overlap = [(c, sizes.overlap["length"]) for c in range(1, sizes.overlap["clients"] + 1)]
-    return {"serving": configs(serving), "overlap": configs(overlap)}
+    # The serving Tulip is also overlap's "on" side (two steps in flight).
+    return {"serving": configs(serving + overlap), "overlap-off": configs(overlap)}
+
+
+def fitting(configs: list[str], max_length: int) -> list[str]:
+    """The configurations whose capture batch (the bucket's tokens spread
+    over its sequences) a model of ``max_length`` accepts."""
+    from rose.graphs import GraphKey, GraphSettings
+
+    settings, out = GraphSettings(), []
+    for text in configs:
+        key = GraphKey.parse(text)
+        padded = settings.bucket(key.tokens - 1)
+        if padded is not None and -(-(padded - 1) // key.sequences) <= max_length:
+            out.append(text)
+    return out
 
 
 def env_flag(name: str) -> bool:
@@ -246,12 +261,23 @@ class Run:
 
         if (name, key) not in self.servers:
             m = self.gated[name]
-            configs = self.captures.get(key.removesuffix("-off"))
-            if configs:
-                flags["capture"] = ",".join(configs)
-            t = Tulip(str(m["dir"]), log_dir=self.log_dir, device=self.device, dtype=self.dtype,
-                      timeout=180, **flags)
-            self.register(t)
+            configs = fitting(self.captures.get(key, []), m["shape"].max_length)
+
+            def start(**extra):
+                t = Tulip(str(m["dir"]), log_dir=self.log_dir, device=self.device, dtype=self.dtype,
+                          timeout=180, **flags, **extra)
+                self.register(t)
+                return t
+
+            try:
+                t = start(capture=",".join(configs)) if configs else start()
+            except RuntimeError as e:  # a capture it cannot do must not cost every chart
+                if not configs:
+                    raise
+                print(f"    {name}: start with --capture failed, starting without: {str(e)[:300]}",
+                      file=sys.stderr, flush=True)
+                self.rec.result.setdefault("capture_failed", {})[f"{name}/{key}"] = str(e)[-2000:]
+                t = start()
             self.servers[(name, key)] = t
         return self.servers[(name, key)]
 
@@ -313,7 +339,7 @@ class Run:
     def overlap(self, name: str) -> None:
         def run():
             # Two steps in flight (the default) against one.
-            on = self.server(name, "overlap")
+            on = self.server(name)
             off = self.server(name, "overlap-off", max_inflight=1)
             return charts.overlap({"on": on, "off": off}, self.gated[name]["shape"], **self.sizes.overlap)
 
