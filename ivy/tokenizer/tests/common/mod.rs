@@ -43,7 +43,10 @@ pub fn unpacked(path: PathBuf) -> PathBuf {
     if path.is_file() || !gz.is_file() {
         return path;
     }
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    // Unique per process and per call: test threads may race here.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{call}", std::process::id()));
     let src = std::fs::File::open(&gz).unwrap_or_else(|e| panic!("{}: {e}", gz.display()));
     let mut dst = std::fs::File::create(&tmp).unwrap_or_else(|e| panic!("{}: {e}", tmp.display()));
     std::io::copy(&mut flate2::read::GzDecoder::new(src), &mut dst)
