@@ -46,6 +46,17 @@ def default_model_dir() -> str:
     return path
 
 
+# Every child not yet stopped, so an emergency exit (a watchdog) can end
+# them even while one is still starting.
+_LIVE: set["Process"] = set()
+
+
+def kill_all() -> None:
+    """Kills every child process these classes started and did not stop."""
+    for p in list(_LIVE):
+        p.kill()
+
+
 class Process:
     """A child process whose output goes to a log file (read on failure)."""
 
@@ -57,6 +68,7 @@ class Process:
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+        _LIVE.add(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -78,12 +90,14 @@ class Process:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+        _LIVE.discard(self)
         return self.proc.returncode
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
         self._log.close()
+        _LIVE.discard(self)
 
     def wait_until(self, ready, timeout: float, what: str) -> None:
         """Polls ``ready`` until true; the process is stopped when it exits

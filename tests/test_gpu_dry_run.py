@@ -52,6 +52,8 @@ def test_a_failed_section_keeps_the_others_and_a_crash_keeps_what_was_written(tm
     # The crash came before scoring recorded anything; all above survived.
     assert "minilm/scoring" not in sections
     assert "passed" not in out  # the run never finished
+    # The crash took down the Tulip serving the charts with it.
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and out["work_dir"] in _cmdline(p)]
     md = (tmp_path / "gpu.md").read_text()
     assert "| check/event_wait | error |" in md and "## minilm/online" in md
 
@@ -65,6 +67,27 @@ def test_a_failed_preflight_stops_the_run_with_a_message(tmp_path, descriptors):
                                 "error": "ForcedFailure: preflight/stubs: forced failure (--fail-section)"}
     assert list(out["sections"]) == ["preflight/versions", "preflight/extension", "preflight/stubs"]
     assert "Preflight failed at stubs" in (tmp_path / "gpu.md").read_text()
+
+
+def test_the_watchdog_ends_an_overlong_run_and_says_where(tmp_path, descriptors):
+    # The preflight alone (a model build and a server start) outlasts 2 s.
+    res = dry_run(tmp_path, descriptors, "--hard-limit", "2")
+    assert res.returncode == 124, res.stdout[-2000:] + res.stderr[-2000:]
+    out = json.loads((tmp_path / "gpu.json").read_text())
+    assert out["watchdog"]["after_s"] == 2.0
+    assert out["watchdog"]["section"].startswith("preflight/")
+    assert "Stopped by the watchdog" in (tmp_path / "gpu.md").read_text()
+    # No server it started outlives it (their command lines name its work dir).
+    work = out["work_dir"]
+    alive = [p for p in Path("/proc").iterdir() if p.name.isdigit() and work in _cmdline(p)]
+    assert not alive, [_cmdline(p) for p in alive]
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile
+        return ""
 
 
 def test_graph_configurations_fall_in_the_buckets_of_the_charts_batches():

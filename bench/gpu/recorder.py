@@ -125,7 +125,7 @@ class Recorder:
         self.result["seconds"] = self.budget.elapsed
         for fname, text in (("gpu.json", json.dumps(self.result, indent=1, default=str) + "\n"),
                             ("gpu.md", self.render(self.result))):
-            tmp = self.out / f".{fname}.tmp"
+            tmp = self.out / f".{fname}.{threading.get_ident()}.tmp"  # the watchdog may write too
             tmp.write_text(text)
             tmp.replace(self.out / fname)
 

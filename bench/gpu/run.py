@@ -56,6 +56,9 @@ from bench.gpu.timing import eager_vs_graphs, inflection  # noqa: E402
 GATED = ("minilm", "bge-m3", "pplx-0.6b")
 TIMED = ("bge-m3", "pplx-0.6b")
 DRY_TIMED = ("minilm",)  # keeps every timing section exercised on the BERT path
+# A Tulip start on the GPU (torch import, CUDA context, a 0.6B model, its
+# graph captures) takes well under a minute; a hung one must not eat the run.
+START_TIMEOUT_S = 90.0
 
 
 class Sizes:
@@ -171,12 +174,15 @@ class Run:
         self.procs.append(proc)
 
     def stop_all(self) -> None:
+        from tests import servers
+
         while self.procs:
             p = self.procs.pop()
             try:
                 p.stop(timeout=10)
             except Exception:  # best effort while exiting
                 p.kill()
+        servers.kill_all()  # any still starting
 
     # 0. Preflight.
 
@@ -271,7 +277,7 @@ class Run:
 
             def start(**extra):
                 t = Tulip(str(m["dir"]), log_dir=self.log_dir, device=self.device, dtype=self.dtype,
-                          timeout=180, **flags, **extra)
+                          timeout=START_TIMEOUT_S, **flags, **extra)
                 self.register(t)
                 return t
 
@@ -394,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.watchdog(args.hard_limit)
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         run = Run(args, rec, Path(tmp))
+        result["work_dir"] = tmp
         try:
             if not run.preflight():
                 return EXIT_PREFLIGHT
