@@ -31,15 +31,18 @@ def dry_run(out: Path, descriptors: Path, *flags: str) -> subprocess.CompletedPr
 
 
 def test_a_failed_section_keeps_the_others_and_a_crash_keeps_what_was_written(tmp_path, descriptors):
+    # A carried binary that does not run here (/bin/false) is left out by
+    # the preflight, and its chart falls back to the Python client.
     res = dry_run(tmp_path, descriptors, "--only", "gate/minilm,check/*,minilm/online,minilm/scoring",
-                  "--fail-section", "check/event_wait,minilm/scoring=exit")
+                  "--fail-section", "check/event_wait,minilm/scoring=exit", "--loadgen", "/bin/false")
     log = res.stdout[-3000:] + res.stderr[-3000:]
     assert res.returncode == 3, log  # the forced crash, in the last section
     out = json.loads((tmp_path / "gpu.json").read_text())
     sections = out["sections"]
     assert out["preflight"]["passed"], log
     assert [n for n in sections if n.startswith("preflight/")] == [
-        "preflight/versions", "preflight/extension", "preflight/stubs", "preflight/event_wait", "preflight/tulip"]
+        "preflight/versions", "preflight/extension", "preflight/stubs", "preflight/event_wait",
+        "preflight/binaries", "preflight/tulip"]
     assert sections["preflight/stubs"]["result"]["source"] == "descriptor set"
     # The forced raise is recorded, and the sections around it ran.
     assert sections["check/event_wait"]["status"] == "error"
@@ -49,6 +52,8 @@ def test_a_failed_section_keeps_the_others_and_a_crash_keeps_what_was_written(tm
     assert sections["check/graph_replay/minilm"]["status"] == "ok"
     assert sections["minilm/online"]["status"] == "ok", sections["minilm/online"]
     assert set(sections["minilm/online"]["result"]) == {"16", "64", "128"}
+    assert sections["preflight/binaries"]["result"]["loadgen"]["runs"] is False
+    assert "loadgen floor" not in sections["minilm/online"]["result"]["16"]
     # The crash came before scoring recorded anything; all above survived.
     assert "minilm/scoring" not in sections
     assert "passed" not in out  # the run never finished

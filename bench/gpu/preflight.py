@@ -65,6 +65,18 @@ def stubs() -> dict:
             "stub": grpc_mod.TulipStub.__name__}
 
 
+def binary(path: Path) -> dict:
+    """Whether a carried binary starts here (``--version``)."""
+    if not Path(path).is_file():
+        return {"path": str(path), "runs": False, "note": "absent"}
+    try:
+        res = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"path": str(path), "runs": False, "note": f"{type(e).__name__}: {e}"}
+    ok = res.returncode == 0
+    return {"path": str(path), "runs": ok, "note": (res.stdout if ok else res.stderr).strip()[-500:]}
+
+
 def event_wait(device: str, timeout: float = 20.0) -> dict:
     """An event recorded behind real GPU work, waited on by
     ``tulip._native.wait_event`` in a thread that never touched CUDA (as
