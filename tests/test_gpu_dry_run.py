@@ -129,3 +129,21 @@ def test_the_captured_configurations_run_on_the_static_path(tmp_path):
     e = Engine.from_dir(bert_dir, device="cpu", static_on_cpu=True, graph_settings=GraphSettings())
     e.capture(fit)
     assert e.runner.dispatcher.counts()[State.CAPTURED.value] == len(fit)
+
+
+def test_the_gate_in_a_half_dtype_is_held_to_what_the_dtype_allows(tmp_path):
+    """transformers' own bf16 forward sets the bar in bf16, capped at
+    0.999 and never below 0.99; in float32 the bar is 0.999."""
+    from bench.gpu import checks, models
+
+    shape = models.tiny(models.SHAPES["minilm"])
+    hf = models.build(shape, tmp_path / "m", "cpu")
+    seqs = [models.token_ids(shape, n, seed=n) for n in (5, 17)]
+    want = models.reference(hf, shape, seqs)
+    assert checks.dtype_floor(hf, shape, seqs, want, "float32") is None
+    floor = checks.dtype_floor(hf, shape, seqs, want, "bfloat16")
+    assert 0.9 < floor < 1.0  # bf16 rounding is visible, and small
+    for given, bar in ((None, 0.999), (0.5, 0.99), (0.995, 0.995), (0.99999, 0.999)):
+        records = checks.gate(shape, tmp_path / "m", want, seqs, "cpu", "float32", given)
+        assert {r["threshold"] for r in records} == {bar}, given
+        assert all(r["status"] == "passed" for r in records)

@@ -26,9 +26,9 @@ def _detail(name: str, r) -> list[str]:
     """Tables for the sections that have them."""
     kind = name.rsplit("/", 1)[-1]
     if name.startswith("gate/"):
-        return ["\n" + table(["backend", "dtype", "status", "min cosine / reason"],
-                             [[g.get("backend"), g.get("dtype"), g["status"], g.get("min_cosine", g.get("reason"))]
-                              for g in r])]
+        return ["\n" + table(["backend", "dtype", "status", "min cosine / reason", "threshold"],
+                             [[g.get("backend"), g.get("dtype"), g["status"], g.get("min_cosine", g.get("reason")),
+                               g.get("threshold")] for g in r])]
     if name.startswith("check/") or name.startswith("preflight/"):
         return [f"\n`{ {k: v for k, v in r.items() if k != 'check'} }`\n"] if isinstance(r, dict) else []
     if kind == "graphs":

@@ -250,7 +250,8 @@ class Run:
                 checks.engine(d, self.device, self.dtype)
             except ModelLoadError as e:
                 raise Skip(f"ROSE does not load this architecture: {e}") from e
-            records = checks.gate(shape, d, want, seqs, self.device, self.dtype)
+            floor = checks.dtype_floor(hf, shape, seqs, want, self.dtype)
+            records = checks.gate(shape, d, want, seqs, self.device, self.dtype, floor)
             if checks.gate_passed(records):
                 self.gated[name] = {"shape": shape, "dir": d, "hf": hf, "seqs": seqs, "want": want}
             return records
