@@ -21,8 +21,9 @@ from .pinned import PinnedPool
 
 # Seconds a Python-side wait may take (the same variable bounds Tulip's).
 SYNC_TIMEOUT_S = float(os.environ.get("TULIP_EVENT_TIMEOUT_S") or 120)
-# How long a wait spins before it starts sleeping between polls.
-SPIN_S = 0.005
+# How long a wait spins before it starts sleeping between polls (as Tulip's
+# Rust wait does): steps up to this long are seen at once.
+SPIN_S = 0.02
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@
 //! first use, and its capture mode relaxed so an event query can never
 //! invalidate a graph another thread is capturing.
 //!
-//! Waits are bounded: the event is polled with a short back-off until a
-//! deadline, so a hung kernel turns into an error instead of a thread that
-//! never returns. Errors name the CUDA code (`CUDA_ERROR_ILLEGAL_ADDRESS`),
+//! Waits are bounded: the event is queried in a loop, then polled with a
+//! back-off, until a deadline, so a hung kernel turns into an error instead
+//! of a thread that never returns. Errors name the CUDA code (`CUDA_ERROR_ILLEGAL_ADDRESS`),
 //! and [`WaitError::is_fatal`] says when the context is unusable for good.
 
 use std::cell::Cell;
@@ -38,10 +38,14 @@ const CAPTURE_MODE_RELAXED: c_int = 2;
 /// How long one wait may take before it is reported as a hang, unless
 /// `TULIP_EVENT_TIMEOUT_S` says otherwise.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-/// Polling back-off: starts short so fast steps are seen at once, capped so
-/// a long step costs little CPU and at most this much extra latency.
-const FIRST_POLL: Duration = Duration::from_micros(5);
-const MAX_POLL: Duration = Duration::from_micros(100);
+/// For this long a wait queries in a loop (yielding the core between
+/// queries): a step of a few milliseconds is seen within microseconds, as
+/// fast as a blocking synchronize would wake up. Longer steps are then
+/// polled with a back-off, capped so that the extra latency stays a small
+/// fraction of a step that long and the thread costs little CPU.
+const SPIN: Duration = Duration::from_millis(20);
+const FIRST_POLL: Duration = Duration::from_micros(10);
+const MAX_POLL: Duration = Duration::from_micros(200);
 
 /// Why a wait did not end with a completed event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,6 +271,10 @@ pub fn wait_for(event: usize, timeout: Duration) -> Result<(), WaitError> {
         let waited = start.elapsed();
         if waited >= timeout {
             return Err(WaitError::Timeout(waited));
+        }
+        if waited < SPIN {
+            std::thread::yield_now();
+            continue;
         }
         std::thread::sleep(pause.min(timeout - waited));
         pause = (pause * 2).min(MAX_POLL);
