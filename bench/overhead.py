@@ -1,27 +1,44 @@
-"""CPU row 2, host overhead: HTTP → Ivy → Tulip → ROSE with the null model
-(no compute) against a plain Python server (FastAPI + uvicorn, one process)
-doing parse → tokenize → no-op model → respond. Batch 1, 128 tokens, the same
-text and tokenizer on both sides, interleaved request by request."""
+"""CPU rows 2–4, the serving path's own cost: HTTP → Ivy → Tulip → ROSE with
+the null model (no compute) against a plain Python server (FastAPI +
+uvicorn) doing parse → tokenize → no-op model → respond, same text and
+tokenizer on both sides.
+
+- Latency, batch 1, 128 tokens, interleaved request by request: Ivy reaching
+  Tulip over TCP and over a Unix socket, against FastAPI in one process.
+- The floor, measured in the same run: Ivy's HTTP floor (GET /health), a
+  bare unary gRPC round trip between two tonic processes with the same
+  message sizes (TCP and Unix socket), ROSE's step in-process as Tulip calls
+  it, and Ivy's own tokenization time. served / floor says how much the
+  path adds beyond its parts.
+- Throughput: 64 concurrent keep-alive connections from a compiled client
+  process against Ivy, FastAPI with one worker and FastAPI with one worker
+  per core; Tulip's sequences per engine step.
+- Idle cost: CPU used by Ivy and Tulip while nothing is sent."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from bench import gate, inputs, metrics
 from bench.baselines.servers import FastApiBaseline
-from bench.harness import Stats, interleave, ratio, scaled
-from bench.profiling import PerfRecord, by_thread, perf_table, profile_step
+from bench.harness import Stats, interleave, ratio, scaled, timed
 from bench.httpclient import HttpClient
+from bench.profiling import profile_step
 from bench.results import table
 from bench.stack import IVY_PATH, Stack, http_embeddings
-from tests.servers import Ivy, Tulip
+from tests.servers import REPO, TARGET_DIR, Ivy, Process, Tulip, free_port
 
 TITLE = "Host overhead: Ivy → Tulip → ROSE (null model) vs FastAPI + uvicorn"
 TOKENS = 128
 NULL_CONFIG = {"model_type": "null", "hidden_size": 384, "vocab_size": 30522, "max_position_embeddings": 512}
+FLOOR_BIN = TARGET_DIR / "release" / "grpc-floor"
+LOAD_BIN = TARGET_DIR / "release" / "http-load"
 
 
 def null_model_dir() -> str:
@@ -30,134 +47,210 @@ def null_model_dir() -> str:
     return str(d)
 
 
+def build_tools() -> None:
+    """The floor's tonic pair and the load client (bench/floor)."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "grpc-floor"], cwd=REPO, check=True)
+
+
 def _send(client: HttpClient, req: bytes) -> None:
     status, body = client.send(req)
     if status != 200:
         raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
 
 
-def run(stack: Stack, rounds: int = 3000, warmup: int = 300, breakdown_rounds: int = 1000) -> tuple[dict, str]:
+def grpc_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
+    """A bare tonic client ↔ tonic server round trip (128 token ids out, 384
+    floats back), over loopback TCP and over a Unix socket."""
+    sock = tempfile.mktemp(prefix="grpc-floor-", suffix=".sock")
+    out = {}
+    for name, addr in (("tcp", f"http://127.0.0.1:{free_port()}"), ("unix", f"unix://{sock}")):
+        server = Process(f"grpc-floor-{name}", [str(FLOOR_BIN), "serve", addr], None, log_dir)
+        try:
+            for _ in range(100):  # until it listens
+                r = subprocess.run([str(FLOOR_BIN), "client", addr, "--rounds", "1", "--warmup", "0"],
+                                   capture_output=True, text=True)
+                if r.returncode == 0:
+                    break
+                time.sleep(0.05)
+            r = subprocess.run([str(FLOOR_BIN), "client", addr, "--rounds", str(rounds), "--warmup", str(warmup)],
+                               capture_output=True, text=True, check=True)
+            out[name] = Stats.of([us * 1e-6 for us in json.loads(r.stdout)["latency_us"]])
+        finally:
+            server.stop()
+    return out
+
+
+def load(url: str, body: Path, seconds: int, connections: int = 64) -> dict:
+    r = subprocess.run([str(LOAD_BIN), url, str(body), "--connections", str(connections),
+                        "--seconds", str(seconds)], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, float]:
+    """Percent of one core each process used while nothing was sent."""
+    before = {k: cpu_seconds(p) for k, p in pids.items()}
+    time.sleep(seconds)
+    return {k: round(100 * (cpu_seconds(p) - before[k]) / seconds, 2) for k, p in pids.items()}
+
+
+def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int = 3000,
+        load_seconds: int = 10, idle_seconds: float = 10.0) -> tuple[dict, str]:
+    build_tools()
     tok_dir = stack.model_dir  # the real model's tokenizer; the model itself computes nothing
     dim, max_len = NULL_CONFIG["hidden_size"], NULL_CONFIG["max_position_embeddings"]
     text = inputs.text_of_tokens(tok_dir, TOKENS)
     ids = inputs.ids(tok_dir, text)
     null_dir = null_model_dir()
-    scaled_steps = breakdown_rounds * 2
-    tulip = Tulip(null_dir, log_dir=stack.log_dir, threads=1)
+    sock = tempfile.mktemp(prefix="tulip-", suffix=".sock")
+    body = Path(tempfile.mkdtemp(prefix="bench-overhead-")) / "body.json"
+    body.write_text(json.dumps({"input": text}))
+    tulip = Tulip(null_dir, log_dir=stack.log_dir, threads=1, unix_socket=sock)
     procs = [tulip]
     try:
-        ivy = Ivy([tulip.url], tok_dir, log_dir=stack.log_dir)
-        procs.append(ivy)
+        ivy_tcp = Ivy([tulip.url], tok_dir, log_dir=stack.log_dir)
+        ivy_unix = Ivy([f"unix://{sock}"], tok_dir, log_dir=stack.log_dir)
         base = FastApiBaseline(tok_dir, log_dir=stack.log_dir, dim=dim, max_length=max_len)
-        procs.append(base)
-        ivy_c, base_c = HttpClient("127.0.0.1", ivy.port), HttpClient("127.0.0.1", base.port)
-        for name, c, path in (("Ivy → Tulip (null model)", ivy_c, IVY_PATH),
-                              ("FastAPI baseline", base_c, FastApiBaseline.PATH)):
+        procs += [ivy_tcp, ivy_unix, base]
+        servers = {"ivy (unix socket)": (ivy_unix.port, IVY_PATH), "ivy (tcp)": (ivy_tcp.port, IVY_PATH),
+                   "fastapi": (base.port, FastApiBaseline.PATH)}
+        clients = {k: HttpClient("127.0.0.1", port) for k, (port, _) in servers.items()}
+        for name, (_, path) in servers.items():
+            c = clients[name]
             stack.gates.append(gate.check_shape(name, http_embeddings(c, path, [text]), 1, dim,
                                                 "one 384-dim row for one input"))
-            status, body = c.post_json(path, {"input": text})
-            got = body["usage"]["prompt_tokens"]
-            if got != TOKENS:
-                raise gate.GateFailed(f"{name} counted {got} tokens, expected {TOKENS}")
-        ivy_req = ivy_c.prepare(IVY_PATH, {"input": text})
-        base_req = base_c.prepare(FastApiBaseline.PATH, {"input": text})
-        sides = {"ivy": lambda i: _send(ivy_c, ivy_req), "fastapi": lambda i: _send(base_c, base_req)}
+            status, got = c.post_json(path, {"input": text})
+            if got["usage"]["prompt_tokens"] != TOKENS:
+                raise gate.GateFailed(f"{name} counted {got['usage']['prompt_tokens']} tokens, expected {TOKENS}")
+        reqs = {k: clients[k].prepare(path, {"input": text}) for k, (_, path) in servers.items()}
+        sides = {k: (lambda i, c=clients[k], r=reqs[k]: _send(c, r)) for k in servers}
         interleave(sides, warmup, 0)
+        before = metrics.parse(tulip.metrics())
+        ivy_before = ivy_unix.metrics()
         lat = interleave(sides, rounds, 0, seed=2)
         stats = {k: Stats.of(v) for k, v in lat.items()}
+        ivy_after = ivy_unix.metrics()
+        tulip_stages = metrics.stage_means(before, metrics.parse(tulip.metrics()))
+        tokenize_ms = _stage_mean(ivy_before, ivy_after, "tokenize")
 
-        # Stage breakdown on Ivy's path, measured after the comparison:
-        # Tulip's own clock via /metrics over Ivy-only requests, then direct
-        # gRPC calls with Tulip's per-response timing fields.
-        before = metrics.parse(tulip.metrics())
-        perf = PerfRecord([ivy.proc.pid, tulip.proc.pid], stack.log_dir / "overhead.perf.data")
-        with perf:
-            ivy_only = [_timed_send(ivy_c, ivy_req) for _ in range(breakdown_rounds)]
-        stages = metrics.stage_means(before, metrics.parse(tulip.metrics()))
-        ids_req = ivy_c.prepare(IVY_PATH, {"input": ids})
         health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-        floors = {}
-        for name, c, req in (("ivy: token ids in (no tokenization)", ivy_c, ids_req),
-                             ("ivy: GET /health (HTTP floor)", ivy_c, health),
-                             ("fastapi: GET /health (HTTP floor)", base_c, health)):
-            for _ in range(50):
-                _send(c, req)
-            floors[name] = Stats.of([_timed_send(c, req) for _ in range(breakdown_rounds)])
-        with tulip.client() as g:
-            req = g.request([ids])
-            for _ in range(50):
-                g.stub.Embed(req)
-            grpc_lat, server_us, infer_us, queue_us = [], [], [], []
-            for _ in range(breakdown_rounds):
-                resp, secs = _timed_grpc(g, req)
-                grpc_lat.append(secs)
-                server_us.append(resp.timing.total_us)
-                infer_us.append(resp.timing.inference_us)
-                queue_us.append(resp.timing.queue_us)
-        ivy_c.close()
-        base_c.close()
+        c = clients["ivy (unix socket)"]
+        for _ in range(100):
+            _send(c, health)
+        http_floor = Stats.of([timed(lambda: _send(c, health)) for _ in range(floor_rounds)])
+        for c in clients.values():
+            c.close()
+
+        idle = idle_cpu({"ivy": ivy_unix.proc.pid, "tulip": tulip.proc.pid}, idle_seconds)
+        busy_before = metrics.parse(tulip.metrics())
+        tput = {"ivy (unix socket)": load(f"http://127.0.0.1:{ivy_unix.port}{IVY_PATH}", body, load_seconds)}
+        batches = metrics.batch_means(busy_before, metrics.parse(tulip.metrics()))
+        for p in (ivy_tcp, base):
+            p.stop()
+            procs.remove(p)
     finally:
         for p in reversed(procs):
             p.stop()
+    for workers, name in ((1, "fastapi, 1 worker"), (len(os.sched_getaffinity(0)), "fastapi, 1 worker per core")):
+        server = FastApiBaseline(tok_dir, log_dir=stack.log_dir, dim=dim, max_length=max_len, workers=workers)
+        try:
+            load(f"http://127.0.0.1:{server.port}{FastApiBaseline.PATH}", body, 2)  # warm every worker
+            tput[name] = load(f"http://127.0.0.1:{server.port}{FastApiBaseline.PATH}", body, load_seconds)
+        finally:
+            server.stop()
 
-    perf_top = perf.top()
-    step_profile = profile_step(null_dir, [ids], steps=scaled_steps)
-    ivy_alone = Stats.of(ivy_only)
-    grpc = Stats.of(grpc_lat)
-    med = lambda xs: round(statistics.median(xs) / 1e3, 4)  # noqa: E731  µs → ms
-    breakdown = [
-        ["HTTP → Ivy → Tulip → back, client-observed (Ivy alone)", ivy_alone.p50, ivy_alone.mean],
-        *[[k, v.p50, v.mean] for k, v in floors.items()],
-        ["gRPC → Tulip → back, Python grpc client (pre-tokenized)", grpc.p50, grpc.mean],
-        ["Tulip server time per request (timing.total_us)", med(server_us), None],
-        ["  of which queue (timing.queue_us)", med(queue_us), None],
-        ["  of which inference: step + wait (timing.inference_us)", med(infer_us), None],
-        *[[v["what"] + " (/metrics)", None, v["mean_ms"]] for v in stages.values()],
-    ]
-    p50_ratio = ratio(stats["fastapi"].p50, stats["ivy"].p50)
-    data = {
-        "params": {"rounds": rounds, "warmup": warmup, "tokens": TOKENS, "batch": 1,
-                   "tokenizer": tok_dir, "null_model": NULL_CONFIG, "order": "shuffled every round"},
-        "stats": {k: s.to_dict() for k, s in stats.items()},
-        "fastapi_over_ivy_p50": p50_ratio,
-        "ivy_p50_ms": stats["ivy"].p50,
-        "breakdown": {"rows": breakdown, "ivy_stage_means": stages},
-        "perf_ivy_and_tulip": {"top": perf_top, "by_thread": by_thread(perf_top), "error": perf.error},
-        "rose_null_step": step_profile,
+    floor_grpc = grpc_floor(stack.log_dir, floor_rounds, warmup)
+    step = profile_step(null_dir, [ids], steps=floor_rounds)
+    step_ms = step["mean_ms_per_step"]
+    floor = {
+        "ivy (unix socket)": http_floor.p50 + floor_grpc["unix"].p50 + step_ms + tokenize_ms,
+        "ivy (tcp)": http_floor.p50 + floor_grpc["tcp"].p50 + step_ms + tokenize_ms,
     }
-    md = "\n".join([
+    served = "ivy (unix socket)"
+    fa = stats["fastapi"]
+    summary = {
+        "served_side": served,
+        "fastapi_over_served_p50": ratio(fa.p50, stats[served].p50),
+        "fastapi_over_served_p99": ratio(fa.p99, stats[served].p99),
+        "served_over_floor_p50": {k: ratio(stats[k].p50, floor[k]) for k in floor},
+        "throughput_ratios": {
+            "ivy / fastapi 1 worker": ratio(tput[served]["requests_per_s"], tput["fastapi, 1 worker"]["requests_per_s"]),
+            "ivy / fastapi 1 worker per core": ratio(tput[served]["requests_per_s"],
+                                                     tput["fastapi, 1 worker per core"]["requests_per_s"]),
+        },
+        "sequences_per_step": batches["tulip_batch_sequences"]["mean"],
+        "idle_cpu_percent_of_a_core": idle,
+    }
+    data = {
+        "params": {"rounds": rounds, "warmup": warmup, "tokens": TOKENS, "batch": 1, "tokenizer": tok_dir,
+                   "null_model": NULL_CONFIG, "order": "shuffled every round", "load_connections": 64,
+                   "load_seconds": load_seconds, "idle_seconds": idle_seconds},
+        "stats": {k: s.to_dict() for k, s in stats.items()},
+        "floor_ms": {"ivy_http_floor_p50": http_floor.p50, "grpc_tcp_p50": floor_grpc["tcp"].p50,
+                     "grpc_unix_p50": floor_grpc["unix"].p50, "rose_step_mean": step_ms,
+                     "ivy_tokenize_mean": tokenize_ms, "total": floor},
+        "grpc_floor": {k: s.to_dict() for k, s in floor_grpc.items()},
+        "throughput": tput,
+        "tulip_stage_means": tulip_stages,
+        "tulip_batches_under_load": batches,
+        "rose_null_step": step,
+        **summary,
+    }
+    return data, _markdown(data, stats, floor, tput, rounds, warmup)
+
+
+def _stage_mean(before: dict[str, float], after: dict[str, float], stage: str) -> float:
+    key = f'ivy_stage_duration_seconds_{{}}{{{{stage="{stage}"}}}}'
+    n = after.get(key.format("count"), 0) - before.get(key.format("count"), 0)
+    s = after.get(key.format("sum"), 0) - before.get(key.format("sum"), 0)
+    return round(s / n * 1e3, 4) if n else 0.0
+
+
+def _markdown(data, stats, floor, tput, rounds, warmup) -> str:
+    fl = data["floor_ms"]
+    served = data["served_side"]
+    tr = data["throughput_ratios"]
+    return "\n".join([
         f"One input of {TOKENS} tokens (real English text, the all-MiniLM-L6-v2 tokenizer on both sides), "
-        f"null model (zeros, no compute), {rounds} interleaved rounds after {warmup} warm-up rounds.\n",
+        f"null model (zeros, no compute), {rounds} interleaved rounds after {warmup} warm-up rounds; "
+        "one Tulip serves both Ivy sides (one reaches it over TCP, one over its Unix socket).\n",
+        "## Latency, batch 1\n",
         table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
               [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in stats.items()]),
-        f"\nFastAPI p50 / Ivy p50 = **{p50_ratio}** (target ≥ 5); Ivy's absolute p50 = {stats['ivy'].p50:.3f} ms.\n",
-        f"Where Ivy's time goes ({breakdown_rounds} requests each, after the comparison):\n",
-        table(["stage", "p50 ms", "mean ms"], breakdown),
-        f"\nROSE's step on the null model in-process, as Tulip calls it (from_arena → step → release): "
-        f"{step_profile['mean_ms_per_step']:.4f} ms per step.\n",
-        "While Ivy alone was timed: " + perf_table(perf_top, perf.error),
-        "\nSampled share per thread in the rows above: "
-        + ", ".join(f"{k} {v}%" for k, v in by_thread(perf_top).items()),
+        f"\nServed = {served}. FastAPI p50 / served p50 = **{data['fastapi_over_served_p50']}×** "
+        f"(target ≥ 2.5); p99 ratio **{data['fastapi_over_served_p99']}×** (target ≥ 2).\n",
+        "## The floor (same run)\n",
+        table(["part", "ms"], [
+            ["Ivy's HTTP floor: GET /health, client-observed p50", fl["ivy_http_floor_p50"]],
+            ["bare tonic ↔ tonic unary round trip, 128 ids out, 384 floats back, TCP p50", fl["grpc_tcp_p50"]],
+            ["the same over a Unix socket, p50", fl["grpc_unix_p50"]],
+            ["ROSE's step in-process as Tulip calls it (from_arena → step → describe → release), mean",
+             fl["rose_step_mean"]],
+            ["Ivy's tokenization of the input (its own stage metric), mean", fl["ivy_tokenize_mean"]],
+            *[[f"floor for {k}", round(v, 4)] for k, v in floor.items()],
+        ]),
+        "\nserved p50 / floor: " + ", ".join(f"{k} **{v}×**" for k, v in data["served_over_floor_p50"].items())
+        + " (target ≤ 1.5).\n",
+        "## Throughput, 64 concurrent keep-alive connections (compiled client, `bench/floor` http-load)\n",
+        table(["server", "requests/s", "p50 ms", "p99 ms", "errors"],
+              [[k, round(v["requests_per_s"], 1), v["p50_ms"], v["p99_ms"], v["errors"]] for k, v in tput.items()]),
+        f"\nIvy / FastAPI one worker **{tr['ivy / fastapi 1 worker']}×** (target ≥ 10); Ivy / FastAPI one "
+        f"worker per core **{tr['ivy / fastapi 1 worker per core']}×** (target ≥ 5). Tulip under this load: "
+        f"{data['sequences_per_step']} sequences per engine step.\n",
+        "## Idle cost\n",
+        "CPU while idle, percent of one core: " + ", ".join(
+            f"{k} {v}%" for k, v in data["idle_cpu_percent_of_a_core"].items()) + " (target ≤ 2% each).\n",
+        "Tulip's own clock during the latency rounds (/metrics means): " + ", ".join(
+            f"{v['what']} {v['mean_ms']} ms" for v in data["tulip_stage_means"].values()) + ".\n",
     ])
-    return data, md
-
-
-def _timed_send(client: HttpClient, req: bytes) -> float:
-    import time
-
-    start = time.perf_counter()
-    _send(client, req)
-    return time.perf_counter() - start
-
-
-def _timed_grpc(client, req):
-    import time
-
-    start = time.perf_counter()
-    resp = client.stub.Embed(req)
-    return resp, time.perf_counter() - start
 
 
 def options(scale: float) -> dict:
     return {"rounds": scaled(3000, scale, 100), "warmup": scaled(300, scale, 20),
-            "breakdown_rounds": scaled(1000, scale, 50)}
+            "floor_rounds": scaled(3000, scale, 100), "load_seconds": max(2, round(10 * scale)),
+            "idle_seconds": max(2.0, 10.0 * scale)}

@@ -146,12 +146,12 @@ class Engine:
         if batch.num_sequences < 1:
             raise InvalidBatchError("a batch needs at least one sequence")
         cu = batch.numpy_field("cu")
-        lengths = cu[1:] - cu[:-1]
-        if cu[0] != 0 or cu[-1] != batch.num_tokens or lengths.min() < 1:
+        lengths = batch.lengths  # a list, kept for the runner
+        if cu[0] != 0 or sum(lengths) != batch.num_tokens or min(lengths) < 1:
             raise InvalidBatchError("every sequence needs at least one token, and cu_seqlens must cover the batch")
-        if lengths.max() > self.info.max_input_length:
+        if max(lengths) > self.info.max_input_length:
             raise InvalidBatchError(
-                f"a sequence of {lengths.max()} tokens exceeds the maximum of {self.info.max_input_length}"
+                f"a sequence of {max(lengths)} tokens exceeds the maximum of {self.info.max_input_length}"
             )
         # As unsigned, a negative id is huge: one reduction checks both ends.
         if batch.numpy_field("ids").view(np.uint32).max() >= self.info.vocab_size:

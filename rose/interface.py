@@ -3,6 +3,8 @@ and what it gets back. Nothing here knows about models or transports.
 
 A host calls ``engine.step(batch)`` and gets a LazyTensor at once; the bytes
 are on the host when ``LazyTensor.event_handle`` has completed (0 = ready).
+``step`` raises ``InvalidBatchError`` for a batch the caller got wrong; any
+other exception is the engine's own failure.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from .errors import InvalidBatchError
+
+__all__ = ["Batch", "InvalidBatchError", "Layout", "OutputKind"]
 
 
 class OutputKind(str, enum.Enum):
@@ -47,6 +53,12 @@ class Layout:
 
     @classmethod
     def of(cls, sequences: int, real_tokens: int, padded_tokens: int | None = None) -> "Layout":
+        """The layout of a batch (one shared instance per shape, so its
+        offsets are computed once)."""
+        return _layout(sequences, real_tokens, padded_tokens)
+
+    @classmethod
+    def _make(cls, sequences: int, real_tokens: int, padded_tokens: int | None) -> "Layout":
         tokens = real_tokens if padded_tokens is None else padded_tokens
         if tokens < real_tokens:
             raise ValueError(f"cannot pad {real_tokens} tokens down to {tokens}")
@@ -83,6 +95,11 @@ class Layout:
         return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _layout(sequences: int, real_tokens: int, padded_tokens: int | None) -> Layout:
+    return Layout._make(sequences, real_tokens, padded_tokens)
+
+
 class Batch:
     """A ragged batch: one flat token axis cut by ``cu_seqlens``; no padding.
 
@@ -107,7 +124,7 @@ class Batch:
     engine (``resolved`` is False).
     """
 
-    __slots__ = ("arena", "layout", "kind", "resolved", "_np")
+    __slots__ = ("arena", "layout", "kind", "resolved", "_np", "_lengths")
 
     def __init__(self, arena: torch.Tensor, layout: Layout, kind: OutputKind | str = OutputKind.DENSE,
                  resolved: bool = False):
@@ -118,6 +135,7 @@ class Batch:
         self.kind = OutputKind(kind)
         self.resolved = resolved
         self._np = None
+        self._lengths = None
 
     def numpy_field(self, name: str) -> np.ndarray:
         """A NumPy view of one field (host-side checks are cheaper in NumPy)."""
@@ -149,8 +167,10 @@ class Batch:
 
     @property
     def lengths(self) -> list[int]:
-        cu = self.numpy_field("cu")
-        return (cu[1:] - cu[:-1]).tolist()
+        if self._lengths is None:
+            cu = self.numpy_field("cu")
+            self._lengths = (cu[1:] - cu[:-1]).tolist()
+        return self._lengths
 
     @classmethod
     def from_arena(cls, arena: bytearray | memoryview, sequences: int, tokens: int,
@@ -159,7 +179,7 @@ class Batch:
         it is writable)."""
         if isinstance(arena, bytes):
             arena = bytearray(arena)
-        return cls(torch.frombuffer(arena, dtype=torch.int32), Layout.of(sequences, tokens), kind, True)
+        return cls(torch.frombuffer(arena, dtype=torch.int32), _layout(sequences, tokens, None), kind, True)
 
     @classmethod
     def from_lists(

@@ -59,10 +59,12 @@ class LazyTensor:
     @classmethod
     def ready(cls, out: torch.Tensor, info: StepInfo | None = None) -> "LazyTensor":
         """Wraps an output already on the host (the CPU path)."""
-        out = out.detach().to(torch.float32).contiguous()
+        if out.dtype != torch.float32 or not out.is_contiguous():
+            out = out.to(torch.float32).contiguous()
         if out.dim() == 1:
             out = out.unsqueeze(1)
-        return cls(out.view(-1), out.shape[0], out.shape[1], info=info)
+        rows, cols = out.shape
+        return cls(out.view(-1), rows, cols, info=info)
 
     @classmethod
     def copy_from_device(cls, out: torch.Tensor, pool: PinnedPool, staging: tuple[torch.Tensor, ...] = (),
@@ -78,6 +80,16 @@ class LazyTensor:
         event = torch.cuda.Event(blocking=True)
         event.record()
         return cls(host, rows, cols, event=event, pool=pool, buffers=(buf, *staging), info=info)
+
+    def describe(self) -> tuple[int, int, int, int, str, int, float]:
+        """Everything a host outside Python reads, in one call: (host_ptr,
+        rows, cols, event_handle, mode, padded_tokens, capture_seconds)."""
+        info = self.info
+        event = 0 if self._event is None else self._event.cuda_event
+        if info is None:
+            return self._host.data_ptr(), self.rows, self.cols, event, "eager", 0, 0.0
+        return (self._host.data_ptr(), self.rows, self.cols, event, info.mode, info.padded_tokens,
+                info.capture_seconds)
 
     def host_ptr(self) -> int:
         """Address of the first float (valid until ``release``)."""

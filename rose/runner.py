@@ -25,6 +25,7 @@ from .layout import repack, resolve_defaults, rows_for, step_inputs
 from .lazy import LazyTensor, StepInfo
 from .models import EmbeddingModel
 from .pinned import PinnedPool
+from .threads import ThreadBudget
 
 log = logging.getLogger("rose.graphs")
 
@@ -74,12 +75,15 @@ class Runner:
         self.stats = RunnerStats()
         self._entries: dict[GraphKey, _Entry] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda else None
+        self.threads = None if self.cuda else ThreadBudget()
         if self.cuda and graphs and not graph_ok:
             log.warning("attention backend %s is not capture-safe or pads to the longest sequence: CUDA graphs "
                         "are off", backend.name)
 
     def run(self, batch: Batch) -> LazyTensor:
         resolve_defaults(batch, self.dimension, self.normalize_default)
+        if self.threads is not None:
+            self.threads.apply(batch.layout.real_tokens)
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
         action = self.dispatcher.hit(key)
         # The current device is per thread, and the host may call from

@@ -59,10 +59,10 @@ def test_the_right_key_passes_and_public_routes_need_none(ivy_keyed):
 def test_openai_client_with_and_without_the_key(ivy_keyed):
     openai = pytest.importorskip("openai")
     good = openai.OpenAI(base_url=f"{ivy_keyed.url}/v1", api_key=KEY, max_retries=0)
-    assert len(good.embeddings.create(model="m", input="hi").data[0].embedding) == 384
+    assert len(good.embeddings.create(model="all-MiniLM-L6-v2", input="hi").data[0].embedding) == 384
     bad = openai.OpenAI(base_url=f"{ivy_keyed.url}/v1", api_key="nope", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
-        bad.embeddings.create(model="m", input="hi")
+        bad.embeddings.create(model="all-MiniLM-L6-v2", input="hi")
 
 
 def test_grpc_needs_the_key_but_health_does_not(ivy_keyed):

@@ -6,8 +6,8 @@ __all__ = ["serve"]
 
 def serve(engine, **options) -> None:
     """Serves a ROSE engine until Ctrl-C or SIGTERM (see ``tulip._native.serve``)."""
-    from rose.interface import Batch
+    from rose.interface import Batch, InvalidBatchError
 
     from ._native import serve as _serve
 
-    _serve(engine, Batch, **options)
+    _serve(engine, Batch, InvalidBatchError, **options)

@@ -81,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--model-id", help="name reported by Info (default: the directory name)")
     p.flag("--host", default="0.0.0.0", help="address to listen on")
     p.flag("--port", type=int, default=7070, help="gRPC port")
+    p.flag("--unix-socket", default="",
+           help="also serve gRPC on this Unix socket path (a co-located Ivy connects with "
+                "--tulip unix:///PATH, which skips the TCP stack)")
     p.flag("--metrics-port", type=int, default=7071, help="HTTP port for /metrics and /health (0 = off)")
     p.flag("--device", default="auto", help="cpu, cuda, cuda:N, or auto")
     p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
@@ -90,7 +93,11 @@ def parser() -> argparse.ArgumentParser:
                 "batches only thrash the caches)")
     p.flag("--max-batch-sequences", type=int, default=64, help="most sequences in one engine step")
     p.flag("--max-request-sequences", type=int, default=2048, help="most sequences in one request")
-    p.flag("--max-inflight", type=int, default=2, help="engine steps running at once (overlap depth)")
+    p.flag("--max-inflight", type=int, default=2,
+           help="engine steps running at once on a GPU (overlap depth; always 1 on the CPU)")
+    p.flag("--inline-steps", type=_bool, default=True,
+           help="a request that finds the engine idle runs its step on its own thread "
+                "instead of waking the scheduler thread (off = always queue)")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=_bool, default=True,
@@ -100,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--capture", default="",
            help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
     p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.flag("--io-threads", type=int, default=0, help="threads serving gRPC (0 = one per core)")
+    p.flag("--small-step-tokens", type=int, default=64,
+           help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
+                "more threads cost more than they save on tiny batches); 0 = always all threads")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     return p
 
@@ -117,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model_id = args.model_id or (DEFAULT_MODEL_ID if model_dir == default_model_dir() else None)
 
+    # oneDNN caches a compiled primitive per input shape, and ragged batches
+    # bring a new shape almost every step: unbounded, the cache grew Tulip
+    # from 0.8 to over 2 GB in ten minutes of mixed traffic. Set before
+    # torch loads; an operator's own value wins.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
     import torch
 
     from rose import Engine, RoseError
@@ -128,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = GraphSettings(max_tokens=args.graph_max_tokens, max_sequences=args.graph_max_sequences)
         engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
                                  model_id=model_id, graphs=args.graphs, graph_settings=settings)
+        if engine.runner.threads is not None:
+            engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
     except (RoseError, ValueError) as e:
@@ -160,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             max_inflight=args.max_inflight,
             drain_timeout=args.drain_timeout,
             log=args.log,
+            inline_steps=args.inline_steps,
+            unix_socket=args.unix_socket or None,
+            io_threads=args.io_threads,
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

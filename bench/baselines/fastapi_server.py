@@ -4,12 +4,17 @@ per request: parse the JSON, tokenize with Hugging Face ``tokenizers``, call
 a model that does no work (zeros, like ROSE's null model), render the
 OpenAI-shaped response.
 
-    python -m bench.baselines.fastapi_server --tokenizer DIR --port N
+    python -m bench.baselines.fastapi_server --tokenizer DIR --port N [--workers W]
+
+With ``--workers`` above 1, uvicorn runs that many processes on one port
+(the usual way to use more than one core with a Python server).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 
 import torch
@@ -65,14 +70,30 @@ def build_app(tokenizer_dir: str, dim: int, max_length: int) -> FastAPI:
     return app
 
 
+_SETTINGS = "FASTAPI_BASELINE_SETTINGS"
+
+
+def app_from_env() -> FastAPI:
+    """The app for uvicorn's worker processes (settings in the environment)."""
+    s = json.loads(os.environ[_SETTINGS])
+    torch.set_num_threads(1)
+    return build_app(s["tokenizer"], s["dim"], s["max_length"])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", required=True, help="directory holding tokenizer.json")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--dim", type=int, default=384)
     p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--workers", type=int, default=1, help="server processes")
     a = p.parse_args()
     torch.set_num_threads(1)
+    if a.workers > 1:
+        os.environ[_SETTINGS] = json.dumps({"tokenizer": a.tokenizer, "dim": a.dim, "max_length": a.max_length})
+        uvicorn.run("bench.baselines.fastapi_server:app_from_env", factory=True, workers=a.workers,
+                    host="127.0.0.1", port=a.port, log_level="warning", access_log=False)
+        return
     uvicorn.run(build_app(a.tokenizer, a.dim, a.max_length), host="127.0.0.1", port=a.port,
                 log_level="warning", access_log=False)
 

@@ -75,7 +75,8 @@ class FastApiBaseline(_HttpServer):
 
     PATH = "/v1/embeddings"
 
-    def __init__(self, tokenizer_dir: str, *, log_dir: Path, dim: int, max_length: int, timeout: float = 60.0):
+    def __init__(self, tokenizer_dir: str, *, log_dir: Path, dim: int, max_length: int, workers: int = 1,
+                 timeout: float = 60.0):
         try:
             import fastapi  # noqa: F401
             import uvicorn  # noqa: F401
@@ -83,6 +84,6 @@ class FastApiBaseline(_HttpServer):
             raise Unavailable(f"{e.name} is not installed: pip install -e '.[bench]'") from None
         port = free_port()
         cmd = [sys.executable, "-m", "bench.baselines.fastapi_server", "--tokenizer", tokenizer_dir,
-               "--port", str(port), "--dim", str(dim), "--max-length", str(max_length)]
+               "--port", str(port), "--dim", str(dim), "--max-length", str(max_length), "--workers", str(workers)]
         env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         super().__init__(f"fastapi-{port}", cmd, env, log_dir, port, timeout)

@@ -114,6 +114,25 @@ pub struct Config {
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]
     pub health_interval: Duration,
 
+    /// Threads serving HTTP and gRPC (0 = one per core). With 1, everything
+    /// on the request path runs on one thread and no request wakes another;
+    /// large tokenization jobs still spread over all cores.
+    #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0)]
+    pub io_threads: usize,
+
+    /// Names the model is served under (comma-separated): `GET /v1/models`
+    /// lists them and an OpenAI request naming another model gets 404
+    /// `model_not_found`. Default: the model id Tulip reports, and its last
+    /// path part (`all-MiniLM-L6-v2` for `sentence-transformers/all-MiniLM-L6-v2`).
+    #[arg(long, env = "IVY_SERVED_MODEL_NAME", value_delimiter = ',')]
+    pub served_model_name: Vec<String>,
+
+    /// Microseconds to busy-poll for a Tulip answer instead of sleeping
+    /// (saves a thread wake-up per request; 0 = off). Only while calls are
+    /// in flight, and only while they usually answer within this time.
+    #[arg(long, env = "IVY_BUSY_POLL_US", default_value_t = 0)]
+    pub busy_poll_us: u64,
+
     /// Log filter (tracing syntax, e.g. "info" or "ivy=debug").
     #[arg(long, env = "IVY_LOG", default_value = "info")]
     pub log: String,

@@ -43,6 +43,9 @@ pub enum ApiError {
     /// from a model without a sparse head).
     #[error("{0}")]
     Unsupported(String),
+    /// The request names a model this gateway does not serve.
+    #[error("{0}")]
+    ModelNotFound(String),
     /// The request's deadline passed.
     #[error("{0}")]
     Timeout(String),
@@ -92,6 +95,7 @@ impl ApiError {
             Self::Overloaded(_) => "overloaded",
             Self::Unavailable(_) => "unavailable",
             Self::Unsupported(_) => "unsupported",
+            Self::ModelNotFound(_) => "model_not_found",
             Self::Timeout(_) => "timeout",
             Self::UpstreamInvalid(_) => "upstream_invalid",
             Self::Upstream(_) => "upstream",
@@ -111,6 +115,7 @@ impl ApiError {
             | Self::Unsupported(_)
             | Self::UpstreamInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -145,6 +150,7 @@ impl ApiError {
             }
             Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
+            Self::ModelNotFound(_) => (StatusCode::NOT_FOUND, "Validation"),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             Self::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "Overloaded"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unhealthy"),
@@ -168,8 +174,18 @@ impl ApiError {
             Self::Unauthorized(_) => Code::Unauthenticated,
             Self::Unavailable(_) => Code::Unavailable,
             Self::Unsupported(_) => Code::FailedPrecondition,
+            Self::ModelNotFound(_) => Code::NotFound,
             Self::Timeout(_) => Code::DeadlineExceeded,
             Self::Upstream(_) | Self::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// OpenAI's `error.code`: a string where OpenAI defines one, else the
+    /// status.
+    pub fn openai_code(&self) -> serde_json::Value {
+        match self {
+            Self::ModelNotFound(_) => "model_not_found".into(),
+            _ => self.openai_status().as_u16().into(),
         }
     }
 
@@ -199,6 +215,7 @@ mod tests {
             ApiError::Overloaded("m".into()),
             ApiError::Unavailable("m".into()),
             ApiError::Unsupported("m".into()),
+            ApiError::ModelNotFound("m".into()),
             ApiError::Timeout("m".into()),
             ApiError::UpstreamInvalid("m".into()),
             ApiError::Upstream("m".into()),

@@ -18,6 +18,7 @@ mod pipeline;
 mod replicas;
 mod request_id;
 mod server;
+mod spin;
 mod state;
 mod templates;
 mod tokenize;
@@ -32,6 +33,19 @@ use crate::config::Config;
 /// Time the runtime gives stray tasks (blocking tokenization) at exit.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 
+/// A single-threaded runtime when asked for one thread: its tasks wake each
+/// other without crossing threads. Otherwise a work-stealing pool.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if threads > 1 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
+}
+
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
     tracing_subscriber::fmt()
@@ -39,10 +53,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(config.io_threads) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

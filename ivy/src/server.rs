@@ -49,6 +49,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         replicas = ?config.tulip, dns = ?config.tulip_dns, balance = ?config.balance,
         chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(), "ivy listening"
     );
+    let spinner = crate::spin::Spinner::new(std::time::Duration::from_micros(config.busy_poll_us));
+    tokio::spawn(Arc::clone(&spinner).run());
     let state = Arc::new(Gateway {
         admission: Admission::new(config.max_concurrent_requests),
         policy: balancer::policy(config.balance),
@@ -57,6 +59,10 @@ pub async fn run(config: Config) -> Result<(), String> {
         replicas,
         templates,
         metrics,
+        spinner,
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         config,
     });
 

@@ -24,12 +24,33 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub policy: Box<dyn Policy>,
     pub api_key: ApiKey,
+    pub spinner: Arc<crate::spin::Spinner>,
+    /// Start time (Unix seconds): the `created` of `GET /v1/models`.
+    pub started_unix: u64,
 }
 
 impl Gateway {
     /// When a request arriving now must be answered by.
     pub fn deadline(&self) -> Instant {
         Instant::now() + self.config.request_timeout
+    }
+
+    /// The names the model is served under: `--served-model-name`, else the
+    /// model id and its last path part. Empty until a replica has answered.
+    pub fn served_names(&self) -> Vec<String> {
+        if !self.config.served_model_name.is_empty() {
+            return self.config.served_model_name.clone();
+        }
+        let Some(model) = self.replicas.model() else {
+            return Vec::new();
+        };
+        let mut names = vec![model.model_id.clone()];
+        if let Some((_, last)) = model.model_id.rsplit_once('/') {
+            if !last.is_empty() {
+                names.push(last.to_string());
+            }
+        }
+        names
     }
 
     /// Ready for traffic: not draining and at least one healthy replica.

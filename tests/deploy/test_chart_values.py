@@ -61,6 +61,15 @@ BROKEN = {
     "bad memory quantity": ({"tulip": {"resources": {"limits": {"memory": "lots"}}}},
                             "/tulip/resources/limits/memory"),
     "prompt prefix not a string": ({"ivy": {"config": {"prompts": {"query": 1}}}}, "/ivy/config/prompts/query"),
+    "co-located Ivy switch as text": ({"tulip": {"colocatedIvy": {"enabled": "yes"}}}, "/tulip/colocatedIvy/enabled"),
+    "co-located Ivy misspelt key": ({"tulip": {"colocatedIvy": {"enable": True}}},
+                                    "additional properties 'enable' not allowed"),
+    "co-located Ivy service type": ({"tulip": {"colocatedIvy": {"service": {"type": "Headless"}}}},
+                                    "/tulip/colocatedIvy/service/type"),
+    "co-located Ivy bad cpu quantity": ({"tulip": {"colocatedIvy": {"resources": {"requests": {"cpu": "two"}}}}},
+                                        "/tulip/colocatedIvy/resources/requests/cpu"),
+    "co-located Ivy env not a list": ({"tulip": {"colocatedIvy": {"extraEnv": {"IVY_IO_THREADS": "1"}}}},
+                                      "/tulip/colocatedIvy/extraEnv"),
 }
 
 

@@ -200,3 +200,26 @@ def test_ivy_healthcheck_passes_when_ready_and_fails_otherwise(config, ivy_minil
         assert subprocess.run(ivy_healthcheck(config, lonely.port), timeout=10).returncode != 0
     finally:
         lonely.stop()
+
+
+def test_colocated_override_puts_ivy_on_tulips_unix_socket(compose_bin):
+    """deploy/compose.colocated.yml, merged by the real docker compose: one
+    volume shared by tulip-0 and Ivy, Tulip told to listen on a socket in it
+    and Ivy told to dial that socket."""
+    override = REPO / "deploy" / "compose.colocated.yml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("IVY_", "TULIP_", "COMPOSE_", "DOCKER_"))}
+    out = run([compose_bin, "-f", COMPOSE_FILE, "-f", override, "--project-directory", REPO,
+               "config", "--format", "json"], env=env)
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    socket = services["tulip-0"]["environment"]["TULIP_UNIX_SOCKET"]
+    urls = services["ivy"]["environment"]["IVY_TULIP"].split(",")
+    assert f"unix://{socket}" in urls and "http://tulip-1:7070" in urls
+
+    def mount(service: str) -> tuple[str, str]:
+        vols = [v for v in services[service]["volumes"] if v["type"] == "volume"]
+        assert len(vols) == 1, vols
+        return vols[0]["source"], vols[0]["target"]
+
+    assert mount("tulip-0") == mount("ivy")
+    assert socket.startswith(mount("ivy")[1] + "/")

@@ -75,3 +75,33 @@ def test_unsupported_output_is_refused(reranker_xlmr_dir):
     e = Engine.from_dir(reranker_xlmr_dir, device="cpu")
     with pytest.raises(InvalidBatchError, match="produces score outputs, not dense"):
         e.embed([[0, 5, 2]], kind="dense")
+
+
+def test_the_engine_refuses_malformed_batches(tmp_path):
+    """The last check before a kernel: ids outside the vocabulary (negative
+    ones too), empty and over-long sequences, and cu_seqlens that do not
+    cover the batch."""
+    import json
+
+    import numpy as np
+
+    from rose import Engine, InvalidBatchError
+    from rose.interface import Batch
+
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "null", "hidden_size": 8, "vocab_size": 100, "max_position_embeddings": 16}))
+    engine = Engine.from_dir(tmp_path, device="cpu")
+    assert engine.embed([[1, 2, 3], [4]]).shape == (2, 8)
+    for seqs, words in (([[1, 100]], "token ids"), ([[1, 2] * 9], "exceeds the maximum of 16")):
+        with pytest.raises(InvalidBatchError, match=words):
+            engine.step(Batch.from_lists(seqs))
+    negative = Batch.from_lists([[1, 2]])
+    negative.numpy_field("ids")[1] = -5
+    with pytest.raises(InvalidBatchError, match="token ids"):
+        engine.step(negative)
+    empty = Batch.from_lists([[1, 2], [3]])
+    cu = empty.numpy_field("cu")
+    cu[1] = 3  # the second sequence now has no tokens
+    with pytest.raises(InvalidBatchError, match="at least one token"):
+        engine.step(empty)
+    assert np.all(engine.embed([[5]]).numpy() == 0)

@@ -31,6 +31,12 @@ pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
         Err(e) => Err(TulipError::Engine(e.to_string())),
     };
     if let Err(e) = delivered {
+        let ids: Vec<&str> = step
+            .seqs
+            .iter()
+            .map(|s| s.request.request_id.as_str())
+            .collect();
+        tracing::error!(requests = %ids.join(","), error = %e, "step output unusable");
         for s in &step.seqs {
             s.request.fail(e.clone());
         }

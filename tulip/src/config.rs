@@ -20,6 +20,12 @@ pub struct ServeConfig {
     pub max_message_bytes: usize,
     /// HTTP port for /metrics and /health; 0 disables it.
     pub metrics_port: u16,
+    /// A request that finds the engine idle runs its step on its own thread.
+    pub inline_steps: bool,
+    /// Also listen on this Unix socket (for a co-located Ivy).
+    pub unix_socket: Option<String>,
+    /// Threads of the gRPC runtime (0 = one per core).
+    pub io_threads: usize,
 }
 
 impl ServeConfig {

@@ -154,14 +154,39 @@ impl LazyOutput {
     }
 }
 
+/// Attaching on a thread with no Python thread state creates one, and
+/// detaching deletes it again (CPython maps and unmaps a frame stack each
+/// time). Threads that attach on every step create theirs once and keep it.
+/// Call while not attached.
+pub fn keep_thread_state() {
+    thread_local!(static KEPT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    KEPT.with(|kept| {
+        if !kept.get() {
+            kept.set(true);
+            // SAFETY: this thread is not attached (caller's contract); the
+            // state made here stays registered, then the GIL is let go.
+            unsafe {
+                pyo3::ffi::PyGILState_Ensure();
+                pyo3::ffi::PyEval_SaveThread();
+            }
+        }
+    });
+}
+
 pub struct EngineHandle {
     engine: Py<PyAny>,
     batch_type: Py<PyAny>,
+    /// The engine's exception for a batch it refuses (the caller's fault).
+    invalid_batch: Py<PyAny>,
 }
 
 impl EngineHandle {
-    pub fn new(engine: Py<PyAny>, batch_type: Py<PyAny>) -> Self {
-        Self { engine, batch_type }
+    pub fn new(engine: Py<PyAny>, batch_type: Py<PyAny>, invalid_batch: Py<PyAny>) -> Self {
+        Self {
+            engine,
+            batch_type,
+            invalid_batch,
+        }
     }
 
     pub fn info(&self, py: Python<'_>) -> PyResult<ModelInfo> {
@@ -206,26 +231,29 @@ impl EngineHandle {
                 ),
             )?;
             let lazy = self.engine.bind(py).call_method1("step", (pybatch,))?;
-            let optional = |name: &str| lazy.getattr(name).ok();
-            let mode = optional("mode")
-                .and_then(|m| m.extract::<String>().ok())
-                .map_or(Mode::Eager, |m| Mode::from_name(&m));
+            // One call for every field: each attribute read from here is a
+            // Python lookup on the step's critical path.
+            let (ptr, rows, cols, event, mode, padded_tokens, capture_seconds): (
+                usize,
+                usize,
+                usize,
+                usize,
+                String,
+                usize,
+                f64,
+            ) = lazy.call_method0("describe")?.extract()?;
             Ok(LazyOutput {
-                mode,
-                padded_tokens: optional("padded_tokens")
-                    .and_then(|v| v.extract().ok())
-                    .unwrap_or(0),
-                capture_seconds: optional("capture_seconds")
-                    .and_then(|v| v.extract().ok())
-                    .unwrap_or(0.0),
-                ptr: lazy.call_method0("host_ptr")?.extract()?,
-                rows: lazy.getattr("rows")?.extract()?,
-                cols: lazy.getattr("cols")?.extract()?,
-                event: lazy.getattr("event_handle")?.extract()?,
+                mode: Mode::from_name(&mode),
+                padded_tokens,
+                capture_seconds,
+                ptr,
+                rows,
+                cols,
+                event,
                 obj: lazy.unbind(),
             })
         })();
-        result.map_err(|e| python_error(py, e))
+        result.map_err(|e| self.python_error(py, e))
     }
 
     /// Hands a finished output's buffer back to the engine's pool.
@@ -237,22 +265,22 @@ impl EngineHandle {
     }
 }
 
-/// ValueError (ROSE's InvalidBatchError among them) is the caller's fault;
-/// anything else is the engine's.
-fn python_error(py: Python<'_>, e: PyErr) -> TulipError {
-    if e.is_instance_of::<PyValueError>(py) {
-        TulipError::InvalidArgument(e.value(py).to_string())
-    } else {
-        let msg = format!(
+impl EngineHandle {
+    /// Only the engine's invalid-batch error is the caller's fault; any
+    /// other exception (a ValueError from a bug included) is a server fault,
+    /// which Ivy retries on another replica.
+    fn python_error(&self, py: Python<'_>, e: PyErr) -> TulipError {
+        if e.is_instance(py, self.invalid_batch.bind(py)) {
+            return TulipError::InvalidArgument(e.value(py).to_string());
+        }
+        TulipError::Engine(format!(
             "{}: {}",
             e.get_type(py)
                 .name()
                 .map(|n| n.to_string())
                 .unwrap_or_default(),
             e.value(py)
-        );
-        tracing::error!(error = %msg, "engine step failed");
-        TulipError::Engine(msg)
+        ))
     }
 }
 

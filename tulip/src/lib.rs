@@ -26,19 +26,22 @@ use crate::config::ServeConfig;
 /// Serves `engine` over gRPC until Ctrl-C or SIGTERM, then drains.
 ///
 /// `engine` has `info` and `step(batch) -> LazyTensor`; `batch_type` has
-/// `from_buffers(ids, lengths, kind, dimensions, normalize)`.
+/// `from_arena(arena, sequences, tokens, kind)`; `invalid_batch_error` is the
+/// exception `step` raises for a batch the caller got wrong (see
+/// `rose/interface.py`).
 #[pyfunction]
 #[pyo3(signature = (
-    engine, batch_type, *, host = "0.0.0.0".to_string(), port = 7070,
+    engine, batch_type, invalid_batch_error, *, host = "0.0.0.0".to_string(), port = 7070,
     max_batch_tokens = 16384, max_batch_sequences = 64, max_request_sequences = 2048,
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
-    metrics_port = 7071, log = "info".to_string(),
+    metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
     py: Python<'_>,
     engine: Py<PyAny>,
     batch_type: Py<PyAny>,
+    invalid_batch_error: Py<PyAny>,
     host: String,
     port: u16,
     max_batch_tokens: usize,
@@ -49,6 +52,9 @@ fn serve(
     max_message_bytes: usize,
     metrics_port: u16,
     log: String,
+    inline_steps: bool,
+    unix_socket: Option<String>,
+    io_threads: usize,
 ) -> PyResult<()> {
     init_logging(&log);
     if !(drain_timeout.is_finite() && drain_timeout >= 0.0) {
@@ -66,8 +72,11 @@ fn serve(
         drain_timeout: Duration::from_secs_f64(drain_timeout),
         max_message_bytes,
         metrics_port,
+        inline_steps,
+        unix_socket,
+        io_threads,
     };
-    server::serve(py, engine, batch_type, config)
+    server::serve(py, engine, batch_type, invalid_batch_error, config)
 }
 
 /// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`)

@@ -98,6 +98,7 @@ pub struct Metrics {
     pub tokens: Counter,
     pub padded_tokens: Counter,
     pub steps: Family<ModeLabel, Counter>,
+    pub inline_steps: Counter,
     pub graphs_captured: Gauge,
     pub capture_seconds: Histogram,
     pub inflight_steps: Gauge,
@@ -129,6 +130,7 @@ impl Metrics {
             tokens: Counter::default(),
             padded_tokens: Counter::default(),
             steps: Family::default(),
+            inline_steps: Counter::default(),
             graphs_captured: Gauge::default(),
             capture_seconds: Histogram::new(exponential_buckets(1e-3, 2.0, 16)),
             inflight_steps: Gauge::default(),
@@ -182,6 +184,11 @@ impl Metrics {
             "tulip_steps",
             "Engine steps by how they ran (eager, warmup, capture, replay)",
             m.steps.clone(),
+        );
+        r.register(
+            "tulip_inline_steps",
+            "Engine steps run by the request's own task because the engine was idle",
+            m.inline_steps.clone(),
         );
         r.register(
             "tulip_graphs_captured",

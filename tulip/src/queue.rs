@@ -2,6 +2,11 @@
 //! scheduler thread (which takes batches) and the completion thread (which
 //! finishes steps). One mutex, one condition variable; nobody holds the lock
 //! while calling Python or waiting on the GPU.
+//!
+//! A request that finds the engine idle (nothing queued, nothing in flight)
+//! is not queued: its gRPC task takes the slot and runs the step itself,
+//! which saves the two thread wake-ups of a hand-off to the scheduler and
+//! back. Everything else queues, so concurrent requests still share steps.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -23,6 +28,8 @@ pub struct Request {
     pub dimensions: u32,
     pub normalize: bool,
     pub raw_scores: bool,
+    /// The caller's id for this request (Ivy's `x-request-id`), for logs.
+    pub request_id: String,
     pub token_ids: Vec<u32>,
     /// Start of each sequence in `token_ids`, plus the total at the end.
     pub offsets: Vec<u32>,
@@ -105,6 +112,17 @@ pub struct Pool {
     pub max_batch_tokens: usize,
     pub max_batch_sequences: usize,
     pub max_inflight: usize,
+    /// Whether a request that finds the engine idle runs on its own thread.
+    pub inline_steps: bool,
+}
+
+/// How a submitted request will run.
+pub enum Submitted {
+    /// Queued for the scheduler thread.
+    Queued,
+    /// The engine was idle: the caller holds a step slot and runs this
+    /// batch itself (then `finish_step`), releasing these outputs first.
+    Inline(Vec<SeqRef>, Vec<LazyOutput>),
 }
 
 /// What the scheduler should do next.
@@ -117,13 +135,19 @@ pub enum Work {
 }
 
 impl Pool {
-    pub fn new(max_batch_tokens: usize, max_batch_sequences: usize, max_inflight: usize) -> Self {
+    pub fn new(
+        max_batch_tokens: usize,
+        max_batch_sequences: usize,
+        max_inflight: usize,
+        inline_steps: bool,
+    ) -> Self {
         Self {
             state: Mutex::default(),
             changed: Condvar::new(),
             max_batch_tokens,
             max_batch_sequences,
             max_inflight,
+            inline_steps,
         }
     }
 
@@ -131,21 +155,39 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds every sequence of a request, in order.
-    pub fn submit(&self, request: Arc<Request>) -> Result<(), TulipError> {
+    /// Adds every sequence of a request, in order, or hands the whole
+    /// request back as one batch to run inline when it is `alone` (no other
+    /// request is being served, so there is nothing to batch it with), the
+    /// engine is idle and the request fits in one step.
+    pub fn submit(&self, request: Arc<Request>, alone: bool) -> Result<Submitted, TulipError> {
         let mut s = self.lock();
         if s.shutdown {
             return Err(TulipError::Unavailable("server is shutting down".into()));
         }
-        for index in 0..request.num_sequences() {
-            s.queue.push_back(SeqRef {
-                request: Arc::clone(&request),
-                index,
-            });
+        let seqs = (0..request.num_sequences()).map(|index| SeqRef {
+            request: Arc::clone(&request),
+            index,
+        });
+        if alone
+            && self.inline_steps
+            && s.queue.is_empty()
+            && s.inflight == 0
+            && self.fits(&request)
+        {
+            s.inflight += 1;
+            let releases = std::mem::take(&mut s.releases);
+            return Ok(Submitted::Inline(seqs.collect(), releases));
         }
+        s.queue.extend(seqs);
         drop(s);
         self.changed.notify_all();
-        Ok(())
+        Ok(Submitted::Queued)
+    }
+
+    /// Whether a request makes one step by itself.
+    fn fits(&self, request: &Request) -> bool {
+        request.num_sequences() <= self.max_batch_sequences
+            && request.token_ids.len() <= self.max_batch_tokens
     }
 
     /// Blocks until there is work for the scheduler: a batch it may launch
@@ -200,13 +242,17 @@ impl Pool {
     }
 
     /// A step finished (or failed): frees its slot and queues the output
-    /// for release by the scheduler thread.
+    /// for release with the next step (or the scheduler's next wake-up).
+    /// The scheduler is woken only when queued work waits for the slot.
     pub fn finish_step(&self, output: Option<LazyOutput>) {
         let mut s = self.lock();
         s.inflight -= 1;
         s.releases.extend(output);
+        let waiting = !s.queue.is_empty();
         drop(s);
-        self.changed.notify_all();
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 
     /// Outputs waiting for release (after the scheduler has stopped).
@@ -234,5 +280,138 @@ impl Pool {
             seq.request
                 .fail(TulipError::Unavailable("server is shutting down".into()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(
+        kind: Kind,
+        lengths: &[u32],
+    ) -> (
+        Arc<Request>,
+        oneshot::Receiver<Result<EmbedResponse, TulipError>>,
+    ) {
+        let (tx, rx) = oneshot::channel();
+        let mut offsets = vec![0u32];
+        for l in lengths {
+            offsets.push(offsets.last().unwrap() + l);
+        }
+        let n = lengths.len();
+        let req = Request {
+            kind,
+            dimensions: 4,
+            normalize: true,
+            raw_scores: false,
+            request_id: "r".into(),
+            token_ids: vec![1; *offsets.last().unwrap() as usize],
+            offsets,
+            arrived: Instant::now(),
+            progress: Mutex::new(Progress {
+                reply: Some(tx),
+                output: Accumulator::new(kind, n, 4),
+                remaining: n,
+                last_scheduled: None,
+                first_launch: None,
+            }),
+        };
+        (Arc::new(req), rx)
+    }
+
+    fn batch(work: Work) -> Vec<SeqRef> {
+        match work {
+            Work::Batch(seqs, _) => seqs,
+            _ => panic!("expected a batch"),
+        }
+    }
+
+    #[test]
+    fn a_lone_request_on_an_idle_engine_runs_inline_and_holds_the_slot() {
+        let pool = Pool::new(100, 8, 1, true);
+        let (a, _ra) = request(Kind::Dense, &[3, 2]);
+        match pool.submit(a, true).unwrap() {
+            Submitted::Inline(seqs, releases) => {
+                assert_eq!(seqs.len(), 2);
+                assert!(releases.is_empty());
+            }
+            Submitted::Queued => panic!("an idle engine should run a lone request inline"),
+        }
+        assert_eq!(pool.inflight(), 1);
+        // While the inline step runs, the next request queues behind it.
+        let (b, _rb) = request(Kind::Dense, &[1]);
+        assert!(matches!(pool.submit(b, true).unwrap(), Submitted::Queued));
+        pool.finish_step(None);
+        assert_eq!(pool.inflight(), 0);
+        assert_eq!(batch(pool.next_work()).len(), 1);
+        assert_eq!(pool.inflight(), 1);
+    }
+
+    #[test]
+    fn concurrent_or_oversized_requests_queue() {
+        let pool = Pool::new(4, 8, 1, true);
+        let (a, _ra) = request(Kind::Dense, &[2]);
+        assert!(matches!(pool.submit(a, false).unwrap(), Submitted::Queued));
+        let pool = Pool::new(4, 8, 1, true);
+        let (big, _rb) = request(Kind::Dense, &[3, 3]);
+        assert!(matches!(pool.submit(big, true).unwrap(), Submitted::Queued));
+        let off = Pool::new(100, 8, 1, false);
+        let (c, _rc) = request(Kind::Dense, &[2]);
+        assert!(matches!(off.submit(c, true).unwrap(), Submitted::Queued));
+    }
+
+    #[test]
+    fn batches_respect_the_budget_and_hold_one_output_kind() {
+        let pool = Pool::new(5, 8, 2, false);
+        let (a, _ra) = request(Kind::Dense, &[2, 2]);
+        let (b, _rb) = request(Kind::Dense, &[2]);
+        let (c, _rc) = request(Kind::Score, &[1]);
+        for r in [a, b, c] {
+            pool.submit(r, false).unwrap();
+        }
+        let first = batch(pool.next_work());
+        assert_eq!(first.iter().map(SeqRef::len).sum::<usize>(), 4);
+        let second = batch(pool.next_work());
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].request.kind, Kind::Dense);
+        pool.finish_step(None);
+        let third = batch(pool.next_work());
+        assert_eq!(third[0].request.kind, Kind::Score);
+    }
+
+    #[test]
+    fn sequences_of_cancelled_requests_are_skipped() {
+        let pool = Pool::new(100, 8, 1, false);
+        let (gone, rx) = request(Kind::Dense, &[2, 2]);
+        let (kept, _rk) = request(Kind::Dense, &[3]);
+        pool.submit(gone, false).unwrap();
+        pool.submit(kept, false).unwrap();
+        drop(rx); // the client went away
+        let seqs = batch(pool.next_work());
+        assert_eq!(seqs.len(), 1);
+        assert_eq!(seqs[0].len(), 3);
+    }
+
+    #[test]
+    fn shutdown_fails_queued_requests_and_refuses_new_ones() {
+        let pool = Pool::new(100, 8, 1, false);
+        let (a, _ra) = request(Kind::Dense, &[2]);
+        pool.submit(a, false).unwrap();
+        let running = batch(pool.next_work());
+        let (b, mut rb) = request(Kind::Dense, &[2]);
+        pool.submit(b, false).unwrap();
+        pool.shutdown();
+        assert!(matches!(rb.try_recv(), Ok(Err(TulipError::Unavailable(_)))));
+        let (c, _rc) = request(Kind::Dense, &[2]);
+        assert!(matches!(
+            pool.submit(c, true),
+            Err(TulipError::Unavailable(_))
+        ));
+        // The step still in flight finishes and frees its slot.
+        drop(running);
+        pool.finish_step(None);
+        assert_eq!(pool.inflight(), 0);
+        assert!(matches!(pool.next_work(), Work::Stop(_)));
     }
 }

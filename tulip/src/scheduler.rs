@@ -1,7 +1,11 @@
-//! The scheduler thread: the only thread that attaches to Python, and only
-//! around `step()` (and to release finished outputs). It launches a batch as
-//! soon as one is waiting and fewer than `max_inflight` steps are running,
-//! so batch N+1 is built and launched while batch N is still on the device.
+//! The scheduler thread: attaches to Python only around `step()` (and to
+//! release finished outputs). It launches a batch as soon as one is waiting
+//! and fewer than `max_inflight` steps are running, so batch N+1 is built
+//! and launched while batch N is still on the device.
+//!
+//! `launch` is also how a gRPC task runs a request inline when the engine
+//! was idle (see `queue::Submitted::Inline`); that task calls it inside
+//! `block_in_place`, so attaching there never stalls the async reactor.
 
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -10,14 +14,36 @@ use std::time::Instant;
 use pyo3::Python;
 
 use crate::completion;
-use crate::engine::{EngineHandle, HostBatch, Kind, LazyOutput};
+use crate::engine::{keep_thread_state, EngineHandle, HostBatch, Kind, LazyOutput};
+use crate::error::TulipError;
 use crate::metrics::{Metrics, Mode, ModeLabel};
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
-pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>, metrics: Arc<Metrics>) {
+/// Where a launched step's rows are read.
+pub enum Delivery<'a> {
+    /// On the launching thread (an inline request; always on the CPU).
+    Here,
+    /// On the completion thread, so the scheduler can launch the next batch.
+    Completion(&'a Sender<InFlight>),
+}
+
+pub fn run(
+    pool: Arc<Pool>,
+    engine: Arc<EngineHandle>,
+    done: Sender<InFlight>,
+    metrics: Arc<Metrics>,
+) {
+    keep_thread_state();
     loop {
         match pool.next_work() {
-            Work::Batch(seqs, releases) => launch(&pool, &engine, &done, &metrics, seqs, releases),
+            Work::Batch(seqs, releases) => launch(
+                &pool,
+                &engine,
+                Delivery::Completion(&done),
+                &metrics,
+                seqs,
+                releases,
+            ),
             Work::Release(releases) => Python::attach(|py| release_all(py, releases)),
             Work::Stop(releases) => {
                 // Python references are dropped deterministically, with the GIL.
@@ -31,10 +57,12 @@ pub fn run(pool: Arc<Pool>, engine: EngineHandle, done: Sender<InFlight>, metric
     }
 }
 
-fn launch(
+/// Runs one batch that holds a step slot: builds it, calls `step()` under
+/// the GIL, and has its rows delivered; the slot is freed on every path.
+pub fn launch(
     pool: &Pool,
     engine: &EngineHandle,
-    done: &Sender<InFlight>,
+    delivery: Delivery<'_>,
     metrics: &Metrics,
     seqs: Vec<SeqRef>,
     releases: Vec<LazyOutput>,
@@ -46,6 +74,7 @@ fn launch(
         p.first_launch.get_or_insert(launched);
         p.last_scheduled = Some(launched);
     }
+    keep_thread_state();
     let result = Python::attach(|py| {
         release_all(py, releases);
         engine.step(py, &batch)
@@ -60,24 +89,51 @@ fn launch(
                 output,
                 launched,
             };
-            if step.output.event == 0 {
-                // Already on the host (CPU): a hop to the completion
-                // thread would only add a thread wake-up to the latency.
-                completion::complete(pool, step, metrics);
-            } else if let Err(unsent) = done.send(step) {
-                // The completion thread is gone (shutdown): fail and free.
-                let step = unsent.0;
-                fail(&step.seqs, "server is shutting down");
-                pool.finish_step(Some(step.output));
+            match delivery {
+                // Already on the host (CPU), or an inline request: a hop to
+                // the completion thread would only add a thread wake-up.
+                Delivery::Here => completion::complete(pool, step, metrics),
+                Delivery::Completion(_) if step.output.event == 0 => {
+                    completion::complete(pool, step, metrics)
+                }
+                Delivery::Completion(done) => {
+                    if let Err(unsent) = done.send(step) {
+                        // The completion thread is gone (shutdown): fail and free.
+                        let step = unsent.0;
+                        fail(&step.seqs, "server is shutting down");
+                        pool.finish_step(Some(step.output));
+                    }
+                }
             }
         }
         Err(e) => {
+            if let TulipError::Engine(msg) = &e {
+                tracing::error!(requests = %request_ids(&seqs), error = %msg, "engine step failed");
+            }
             for s in &seqs {
                 s.request.fail(e.clone());
             }
             pool.finish_step(None);
         }
     }
+}
+
+/// The distinct request ids of a batch, for a log line (the first few).
+fn request_ids(seqs: &[SeqRef]) -> String {
+    const SHOWN: usize = 8;
+    let mut ids: Vec<&str> = Vec::new();
+    for s in seqs {
+        let id = s.request.request_id.as_str();
+        if ids.last() != Some(&id) {
+            ids.push(id);
+        }
+    }
+    let more = ids.len().saturating_sub(SHOWN);
+    let mut out = ids[..ids.len().min(SHOWN)].join(",");
+    if more > 0 {
+        out.push_str(&format!(" and {more} more"));
+    }
+    out
 }
 
 fn record_step(metrics: &Metrics, seqs: &[SeqRef], output: &LazyOutput) {

@@ -9,14 +9,17 @@ use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
-use crate::engine::ModelInfo;
+use crate::engine::{EngineHandle, ModelInfo};
 use crate::error::TulipError;
 use crate::metrics::{Code, Metrics};
-use crate::queue::Pool;
+use crate::queue::{Pool, Submitted};
+use crate::scheduler::{self, Delivery};
 use crate::validate::{validate, Limits};
 
 pub struct TulipService {
     pub pool: Arc<Pool>,
+    /// For inline steps; the scheduler thread holds the other reference.
+    pub engine: Arc<EngineHandle>,
     pub model: Arc<ModelInfo>,
     pub limits: Limits,
     pub state: Arc<ServiceState>,
@@ -48,7 +51,24 @@ impl TulipService {
         }
         let (tx, rx) = oneshot::channel();
         let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
-        self.pool.submit(Arc::new(req))?;
+        // Under concurrent load requests queue, so that they share steps.
+        let alone = self.state.active.load(Ordering::SeqCst) == 1;
+        if let Submitted::Inline(seqs, releases) = self.pool.submit(Arc::new(req), alone)? {
+            // Alone and the engine idle: run the step on this worker, which
+            // saves the two thread wake-ups of a hand-off to the scheduler
+            // thread and back. The runtime's other worker(s) keep serving
+            // I/O meanwhile (inline steps need two or more), and the reply
+            // is sent before this returns, so the await below never parks.
+            self.metrics.inline_steps.inc();
+            scheduler::launch(
+                &self.pool,
+                &self.engine,
+                Delivery::Here,
+                &self.metrics,
+                seqs,
+                releases,
+            );
+        }
         rx.await.unwrap_or_else(|_| {
             Err(TulipError::Unavailable(
                 "request was dropped while the server stopped".into(),
@@ -69,7 +89,16 @@ impl Tulip for TulipService {
         self.metrics
             .active_requests
             .set(self.state.active.load(Ordering::SeqCst) as i64);
-        let result = self.run(request.into_inner()).await;
+        let request = request.into_inner();
+        let request_id = request.request_id.clone();
+        let result = self.run(request).await;
+        match &result {
+            Err(TulipError::Engine(e)) => {
+                tracing::error!(request_id = %request_id, error = %e, "request failed")
+            }
+            Err(e) => tracing::debug!(request_id = %request_id, error = %e, "request refused"),
+            Ok(_) => {}
+        }
         let m = &self.metrics;
         m.observe_request(Code::of(&result.as_ref().map(|_| ())), started.elapsed());
         if let Ok(resp) = &result {

@@ -34,6 +34,7 @@ pub fn validate(
                 dimensions,
                 normalize,
                 raw_scores: req.raw_scores,
+                request_id: req.request_id,
                 token_ids: req.token_ids,
                 offsets,
                 arrived: Instant::now(),

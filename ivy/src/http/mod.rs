@@ -28,6 +28,7 @@ pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
     let guarded = Router::new()
         .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/models", get(openai::models))
         .route("/embed", post(tei::embed))
         .route("/embed_sparse", post(tei::embed_sparse))
         .route("/embed_all", post(tei::embed_all))

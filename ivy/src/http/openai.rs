@@ -39,6 +39,7 @@ pub async fn embeddings(
             "input",
         )?;
         let format = format(&obj)?;
+        let model = served_model(&state, &obj)?;
         let job = Job {
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
@@ -51,15 +52,49 @@ pub async fn embeddings(
             },
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
-        let model = state
-            .replicas
-            .model()
-            .map(|m| m.model_id.clone())
-            .unwrap_or_default();
         Ok(json_timed(render(&out, format, &model)?, &out, started))
     }
     .await;
     finish(&state, Api::OpenAi, "embeddings", result)
+}
+
+/// The model a request names, which must be one this gateway serves (a
+/// misrouted client fails loudly); without one, the first served name.
+fn served_model(state: &AppState, obj: &Object) -> Result<String, ApiError> {
+    let names = state.served_names();
+    match fields::opt_string(obj, "model")? {
+        None => Ok(names.into_iter().next().unwrap_or_default()),
+        Some(m) if names.contains(&m) => Ok(m),
+        // No replica has answered yet: the request fails with 503 later.
+        Some(m) if names.is_empty() => Ok(m),
+        Some(m) => Err(ApiError::ModelNotFound(format!(
+            "The model `{m}` does not exist here; this gateway serves {}",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// `GET /v1/models`: the served names, in OpenAI's list shape.
+pub async fn models(State(state): State<AppState>) -> Response {
+    let names = state.served_names();
+    let result = if names.is_empty() {
+        Err(crate::replicas::no_replica())
+    } else {
+        let data: Vec<Value> = names
+            .iter()
+            .map(|id| {
+                serde_json::json!({
+                    "id": id, "object": "model", "created": state.started_unix, "owned_by": "tulip-rose",
+                })
+            })
+            .collect();
+        to_json(&serde_json::json!({ "object": "list", "data": data })).map(super::respond::json)
+    };
+    finish(&state, Api::OpenAi, "models", result)
 }
 
 fn format(obj: &Object) -> Result<Format, ApiError> {

@@ -53,9 +53,10 @@ const TEI_EMBED_ERRORS: [(&str, &str); 10] = [
     ("504", "The request did not finish within its timeout"),
 ];
 
-const OPENAI_ERRORS: [(&str, &str); 10] = [
+const OPENAI_ERRORS: [(&str, &str); 11] = [
     ("400", "Body is not JSON"),
     ("401", "Missing or wrong API key"),
+    ("404", "The request names a model this gateway does not serve (code model_not_found)"),
     ("413", "Body too large"),
     ("415", "Content-Type is not application/json"),
     ("422", "Invalid request: a missing field, a wrong type, too many inputs or tokens, an input too long without truncation"),
@@ -88,6 +89,9 @@ pub fn document(config: &Config) -> Value {
         "paths": {
             "/v1/embeddings": { "post": operation("Embeddings (OpenAI)", Some("OpenAiEmbeddingRequest"),
                 ok("OpenAiEmbeddingResponse", "Embeddings in input order"), errors("OpenAiError", &OPENAI_ERRORS)) },
+            "/v1/models": { "get": operation("Served model names (OpenAI)", None,
+                ok("OpenAiModelList", "The names this gateway serves the model under"),
+                errors("OpenAiError", &[OPENAI_ERRORS[1], OPENAI_ERRORS[9]])) },
             "/embed": { "post": operation("Dense embeddings (TEI)", Some("EmbedRequest"),
                 ok("EmbedResponse", "One vector per input"), tei_embed()) },
             "/embed_sparse": { "post": operation("Sparse lexical weights (TEI)", Some("EmbedSparseRequest"),
@@ -154,6 +158,11 @@ fn schemas() -> Value {
             "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
         }},
+        "OpenAiModelList": { "type": "object", "required": ["object", "data"], "properties": {
+            "object": { "const": "list" },
+            "data": { "type": "array", "items": { "type": "object", "required": ["id", "object", "created", "owned_by"],
+                "properties": { "id": { "type": "string" }, "object": { "const": "model" },
+                    "created": { "type": "integer" }, "owned_by": { "type": "string" } } } } } },
         "OpenAiEmbeddingResponse": { "type": "object", "required": ["object", "data", "model", "usage"], "properties": {
             "object": { "type": "string", "enum": ["list"] },
             "data": { "type": "array", "items": { "type": "object", "required": ["object", "index", "embedding"], "properties": {

@@ -59,6 +59,7 @@ pub async fn info(State(state): State<AppState>) -> Response {
             let templates = state.templates.get();
             Ok(Json(json!({
                 "model_id": m.model_id,
+                "served_model_name": state.served_names().into_iter().next(),
                 "model_sha": null,
                 "model_dtype": m.dtype,
                 "model_type": model_type,

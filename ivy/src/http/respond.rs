@@ -42,8 +42,9 @@ impl Api {
 
 /// A bounded metric label for a matched route.
 pub fn endpoint_label(path: &str) -> &'static str {
-    const KNOWN: [&str; 11] = [
+    const KNOWN: [&str; 12] = [
         "embeddings",
+        "models",
         "embed",
         "embed_sparse",
         "embed_all",
@@ -105,7 +106,7 @@ fn error(api: Api, e: &ApiError) -> Response {
         Api::OpenAi => {
             let status = e.openai_status();
             let body = json!({ "error": {
-                "message": message, "type": e.openai_type(), "param": e.param(), "code": status.as_u16(),
+                "message": message, "type": e.openai_type(), "param": e.param(), "code": e.openai_code(),
             }});
             (status, Json(body)).into_response()
         }

@@ -58,6 +58,7 @@ async fn send(state: &AppState, request: EmbedRequest) -> Result<EmbedResponse, 
             state.metrics.retry();
             tracing::info!(replica = %replica.url, attempt, "retrying chunk");
         }
+        let _spin = state.spinner.call();
         match replica.embed(request.clone()).await {
             Ok(reply) => return Ok(reply),
             Err(AttemptError::Fatal(e)) => return Err(e),

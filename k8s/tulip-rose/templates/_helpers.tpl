@@ -185,10 +185,146 @@ the component's own: (dict "ctx" $ "port" 7071 "extra" .Values.tulip.podAnnotati
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding Ivy's API key; empty when there is no key. */}}
+{{- define "tulip-rose.ivyApiKeySecret" -}}
+{{- $k := .Values.ivy.apiKey }}
+{{- $k.existingSecret | default (ternary (printf "%s-api-key" (include "tulip-rose.ivyName" .)) "" (ne $k.value "")) }}
+{{- end }}
+
+{{/* Ivy's container, shared by the Ivy Deployment and the co-located
+sidecar in Tulip's pods: (dict "ctx" $ "prefix" "" "socket" "" "resources"
+.Values.ivy.resources "extraEnv" list). prefix keeps the port and volume
+names apart from Tulip's in a shared pod; with a socket, Ivy dials that one
+Tulip instead of resolving the headless Service. */}}
+{{- define "tulip-rose.ivyContainer" -}}
+{{- $ctx := .ctx }}
+{{- $i := $ctx.Values.ivy }}
+{{- $p := .prefix -}}
+- name: ivy
+  image: {{ include "tulip-rose.ivyImage" $ctx }}
+  imagePullPolicy: {{ $i.image.pullPolicy }}
+  env:
+    {{- with .socket }}
+    - name: IVY_TULIP
+      value: {{ printf "unix://%s" . | quote }}
+    {{- else }}
+    - name: IVY_TULIP_DNS
+      value: {{ include "tulip-rose.tulipDns" $ctx | quote }}
+    - name: IVY_DNS_INTERVAL
+      value: {{ $i.dnsIntervalSeconds | quote }}
+    {{- end }}
+    - name: IVY_TOKENIZER
+      value: {{ include "tulip-rose.modelDir" $ctx | quote }}
+    - name: IVY_CONFIG
+      value: /etc/ivy/templates.toml
+    - name: IVY_HOST
+      value: "0.0.0.0"
+    - name: IVY_PORT
+      value: {{ $i.port | quote }}
+    - name: IVY_GRPC_PORT
+      value: {{ $i.grpcPort | quote }}
+    - name: IVY_DRAIN_TIMEOUT
+      value: {{ $i.drainTimeoutSeconds | quote }}
+    - name: IVY_LOG
+      value: {{ $i.log | quote }}
+    {{- with $i.maxConcurrentRequests }}
+    - name: IVY_MAX_CONCURRENT_REQUESTS
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with $i.requestTimeoutSeconds }}
+    - name: IVY_REQUEST_TIMEOUT
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with include "tulip-rose.ivyApiKeySecret" $ctx }}
+    - name: IVY_API_KEY
+      valueFrom:
+        secretKeyRef:
+          name: {{ . }}
+          key: {{ $i.apiKey.secretKey }}
+    {{- end }}
+    {{- with concat $i.extraEnv (default (list) .extraEnv) }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: {{ $p }}http
+      containerPort: {{ $i.port }}
+      protocol: TCP
+    - name: {{ $p }}grpc
+      containerPort: {{ $i.grpcPort }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /health
+      port: {{ $p }}http
+    {{- toYaml $i.probes.startup | nindent 4 }}
+  readinessProbe:
+    httpGet:
+      path: /ready
+      port: {{ $p }}http
+    {{- toYaml $i.probes.readiness | nindent 4 }}
+  livenessProbe:
+    httpGet:
+      path: /health
+      port: {{ $p }}http
+    {{- toYaml $i.probes.liveness | nindent 4 }}
+  # Load balancers drop the pod from rotation before SIGTERM arrives.
+  lifecycle:
+    preStop:
+      sleep:
+        seconds: {{ $i.preStopSleepSeconds }}
+  resources: {{- toYaml .resources | nindent 4 }}
+  securityContext: {{- toYaml $ctx.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: {{ $p }}config
+      mountPath: /etc/ivy
+      readOnly: true
+    - name: {{ $p }}tmp
+      mountPath: /tmp
+    {{- with .socket }}
+    - name: tulip-socket
+      mountPath: {{ dir . }}
+    {{- end }}
+    {{- with include "tulip-rose.modelMount" $ctx }}
+    {{- . | trim | nindent 4 }}
+    {{- end }}
+{{- end }}
+
+{{/* The volumes of Ivy's container: (dict "ctx" $ "prefix" ""). */}}
+{{- define "tulip-rose.ivyVolumes" -}}
+# Mounted as a directory (not subPath) so ConfigMap updates reach the pod.
+- name: {{ .prefix }}config
+  configMap:
+    name: {{ include "tulip-rose.ivyName" .ctx }}
+- name: {{ .prefix }}tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- end }}
+
+{{/* The co-located Ivy's Service: serves the Ivy sidecars of Tulip's pods. */}}
+{{- define "tulip-rose.colocatedIvyName" -}}
+{{- printf "%s-ivy" (include "tulip-rose.tulipName" .) }}
+{{- end }}
+
+{{/* Tulip's Unix socket for the co-located Ivy, in a volume both mount. */}}
+{{- define "tulip-rose.tulipSocket" -}}
+/run/tulip/tulip.sock
+{{- end }}
+
 {{/* Checks between values that the schema cannot express. */}}
 {{- define "tulip-rose.validate" -}}
 {{- if le (float64 .Values.tulip.preStopSleepSeconds) (float64 .Values.ivy.dnsIntervalSeconds) }}
 {{- fail (printf "tulip.preStopSleepSeconds (%v) must exceed ivy.dnsIntervalSeconds (%v): Ivy has to drop a stopping Tulip pod from its list before the pod stops taking work" .Values.tulip.preStopSleepSeconds .Values.ivy.dnsIntervalSeconds) }}
+{{- end }}
+{{- if .Values.tulip.colocatedIvy.enabled }}
+{{- $t := .Values.tulip }}
+{{- $i := .Values.ivy }}
+{{- $tulipPorts := list (int $t.port) (int $t.metricsPort) }}
+{{- if or (has (int $i.port) $tulipPorts) (has (int $i.grpcPort) $tulipPorts) }}
+{{- fail (printf "tulip.colocatedIvy: ivy.port (%v) and ivy.grpcPort (%v) must differ from tulip.port (%v) and tulip.metricsPort (%v): the sidecar shares the pod's network" $i.port $i.grpcPort $t.port $t.metricsPort) }}
+{{- end }}
+{{- if ge (float64 $i.preStopSleepSeconds) (float64 $t.preStopSleepSeconds) }}
+{{- fail (printf "tulip.colocatedIvy: ivy.preStopSleepSeconds (%v) must be less than tulip.preStopSleepSeconds (%v): the sidecar has to stop taking requests while its Tulip still takes work" $i.preStopSleepSeconds $t.preStopSleepSeconds) }}
+{{- end }}
 {{- end }}
 {{- if and .Values.ivy.apiKey.existingSecret .Values.ivy.apiKey.value }}
 {{- fail "ivy.apiKey: set either existingSecret or value, not both" }}

@@ -1,0 +1,128 @@
+//! `grpc-floor serve ADDR` answers `tulip.v1.Tulip/Embed` with a fixed
+//! 384-float row and does nothing else; `grpc-floor client ADDR` times
+//! sequential unary calls carrying a 128-token request against it and prints
+//! JSON. ADDR is `http://host:port` or `unix:///path`. Both sides use tonic
+//! and tokio as Ivy and Tulip do, so the pair is the floor of the Ivy → Tulip
+//! hop: what no serving work is added to.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use proto::tulip::v1::tulip_client::TulipClient;
+use proto::tulip::v1::tulip_server::{Tulip, TulipServer};
+use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse, Timing};
+use tonic::transport::{Endpoint, Server};
+use tonic::{Request, Response, Status};
+
+struct Fixed {
+    row: Bytes,
+    dim: u32,
+}
+
+#[tonic::async_trait]
+impl Tulip for Fixed {
+    async fn embed(&self, r: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
+        let r = r.into_inner();
+        Ok(Response::new(EmbedResponse {
+            kind: 1,
+            dtype: 1,
+            rows: 1,
+            dim: self.dim,
+            data: self.row.clone(),
+            tokens: r.token_ids.len() as u64,
+            timing: Some(Timing::default()),
+            ..Default::default()
+        }))
+    }
+
+    async fn info(&self, _: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
+        Ok(Response::new(InfoResponse::default()))
+    }
+}
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.windows(2)
+        .find(|w| w[0] == name)
+        .map_or(default, |w| w[1].parse().expect("a number"))
+}
+
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    let mut b = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        b.worker_threads(threads);
+    }
+    b.enable_all().build().expect("tokio runtime")
+}
+
+async fn serve(addr: String, dim: u32) -> Result<(), Box<dyn std::error::Error>> {
+    let svc = TulipServer::new(Fixed {
+        row: Bytes::from(vec![0u8; dim as usize * 4]),
+        dim,
+    });
+    let server = Server::builder().tcp_nodelay(true).add_service(svc);
+    if let Some(path) = addr.strip_prefix("unix://") {
+        let _ = std::fs::remove_file(path);
+        let listener = tokio::net::UnixListener::bind(path)?;
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        server.serve_with_incoming(incoming).await?;
+    } else {
+        let addr = addr.trim_start_matches("http://").parse()?;
+        server.serve(addr).await?;
+    }
+    Ok(())
+}
+
+async fn client(
+    addr: String,
+    rounds: usize,
+    warmup: usize,
+    tokens: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let channel = Endpoint::from_shared(addr)?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let mut client = TulipClient::new(channel);
+    // Token ids of WordPiece size (two to three varint bytes each).
+    let request = EmbedRequest {
+        token_ids: (0..tokens as u32).map(|i| 2000 + i * 97 % 28000).collect(),
+        lengths: vec![tokens as u32],
+        kind: 1,
+        request_id: "0123456789abcdef0123456789abcdef".into(),
+        ..Default::default()
+    };
+    for _ in 0..warmup {
+        client.embed(request.clone()).await?;
+    }
+    let mut micros = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        client.embed(request.clone()).await?;
+        micros.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    println!(
+        "{}",
+        serde_json::json!({ "rounds": rounds, "tokens": tokens, "latency_us": micros })
+    );
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: grpc-floor serve ADDR [--dim 384] [--threads N] | client ADDR [--rounds N] [--warmup N] [--tokens 128] [--threads N]";
+    let (mode, addr) = match (args.get(1), args.get(2)) {
+        (Some(m), Some(a)) => (m.as_str(), a.clone()),
+        _ => return Err(usage.into()),
+    };
+    let rt = runtime(arg(&args, "--threads", 0));
+    match mode {
+        "serve" => rt.block_on(serve(addr, arg(&args, "--dim", 384) as u32)),
+        "client" => rt.block_on(client(
+            addr,
+            arg(&args, "--rounds", 2000),
+            arg(&args, "--warmup", 200),
+            arg(&args, "--tokens", 128),
+        )),
+        _ => Err(usage.into()),
+    }
+}

@@ -1,0 +1,52 @@
+"""Serves a real ROSE engine (the null model) through Tulip, wrapped so that
+a chosen token id makes ``step`` fail the way a broken engine would: with an
+exception that is not the engine's invalid-batch error. Used by
+tests/test_tulip_errors.py to check how Tulip classifies engine failures.
+
+usage: python -m tests.fault_engine MODEL_DIR PORT METRICS_PORT
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from rose import Engine
+from rose.interface import InvalidBatchError
+
+FAULT_TOKEN = 7  # a batch holding this id raises ValueError (a bug, not the caller's fault)
+CRASH_TOKEN = 8  # ... RuntimeError
+REFUSED_TOKEN = 9  # ... the engine's own invalid-batch error (the caller's fault)
+
+
+class FaultyEngine:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.info = engine.info
+
+    def step(self, batch):
+        ids = set(batch.numpy_field("ids").tolist())
+        if FAULT_TOKEN in ids:
+            raise ValueError("injected engine bug")
+        if CRASH_TOKEN in ids:
+            raise RuntimeError("injected engine crash")
+        if REFUSED_TOKEN in ids:
+            raise InvalidBatchError("injected refusal")
+        return self.engine.step(batch)
+
+
+def main() -> None:
+    model_dir, port, metrics_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+    def _terminate(signum, frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _terminate)
+    from tulip import serve
+
+    serve(FaultyEngine(Engine.from_dir(model_dir, device="cpu")), host="127.0.0.1", port=port,
+          metrics_port=metrics_port, max_batch_tokens=4096)
+
+
+if __name__ == "__main__":
+    main()
