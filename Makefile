@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: install native ivy run test test-rust test-python bench infinity lint clean
+.PHONY: install native ivy run test test-rust test-python bench infinity lint clean gpu-bundle
 
 ## install: virtualenv with torch and test tools, the Tulip extension, Ivy
 install: $(VENV)/.deps native ivy
@@ -70,5 +70,10 @@ $(INFINITY_VENV)/.deps: $(VENV)/.deps
 	$(INFINITY_VENV)/bin/pip install -q 'infinity-emb[server,torch]==$(INFINITY_VERSION)'
 	touch $@
 
+## gpu-bundle: what travels to a GPU machine besides the tracked tree, built
+## and stripped into gpu-bundle/ (size printed and checked; bench/gpu/README.md)
+gpu-bundle: $(VENV)/.deps
+	PYTHON=$(PY) CARGO=$(CARGO) bench/gpu/bundle.sh gpu-bundle
+
 clean:
-	rm -rf target build $(VENV) $(INFINITY_VENV)
+	rm -rf target build $(VENV) $(INFINITY_VENV) gpu-bundle

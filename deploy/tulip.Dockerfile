@@ -29,6 +29,7 @@ COPY ivy ivy
 COPY tulip tulip
 COPY bench/tokenizer bench/tokenizer
 COPY bench/floor bench/floor
+COPY bench/loadgen bench/loadgen
 COPY rose rose
 # `pip install .` builds this same wheel; here it is kept as a file so the
 # runtime stages install it without a Rust toolchain.

@@ -11,3 +11,22 @@ class ModelLoadError(RoseError):
 
 class InvalidBatchError(RoseError, ValueError):
     """A batch the engine cannot run (bad ids, lengths, or output kind)."""
+
+
+class DeviceError(RoseError):
+    """The device failed in a way that outlives the step (a sticky CUDA
+    error such as an illegal address, or a step that never completed): the
+    process's CUDA context is unusable, so every later step would fail too.
+    A host should stop serving and exit rather than retry."""
+
+
+def is_sticky_cuda_error(e: BaseException) -> bool:
+    """Whether ``e`` is CUDA reporting a context-corrupting error."""
+    text = str(e)
+    return "CUDA error" in text and any(m in text for m in _STICKY)
+
+
+# torch's messages for the CUDA errors after which the context is lost.
+_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "device-side assert",
+           "illegal instruction", "misaligned address", "invalid program counter", "hardware stack error",
+           "uncorrectable ECC", "the launch timed out")

@@ -10,11 +10,20 @@ On the CPU the output is already on the host and ``event_handle`` is 0.
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 import torch
 
+from .errors import DeviceError, is_sticky_cuda_error
 from .pinned import PinnedPool
+
+# Seconds a Python-side wait may take (the same variable bounds Tulip's).
+SYNC_TIMEOUT_S = float(os.environ.get("TULIP_EVENT_TIMEOUT_S") or 120)
+# How long a wait spins before it starts sleeping between polls (as Tulip's
+# Rust wait does): steps up to this long are seen at once.
+SPIN_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -109,10 +118,25 @@ class LazyTensor:
     def capture_seconds(self) -> float:
         return self.info.capture_seconds if self.info else 0.0
 
-    def synchronize(self) -> None:
-        """Blocks until the bytes are on the host (from Python)."""
-        if self._event is not None:
-            self._event.synchronize()
+    def synchronize(self, timeout: float = SYNC_TIMEOUT_S) -> None:
+        """Blocks until the bytes are on the host (from Python), at most
+        ``timeout`` seconds: the event is polled, so a hung kernel raises
+        ``DeviceError`` instead of blocking its caller (and shutdown) forever."""
+        if self._event is None:
+            return
+        start = time.monotonic()
+        pause = 1e-5
+        while not _query(self._event):
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise DeviceError(f"a step's CUDA event did not complete within {timeout:.0f}s (hung kernel?)")
+            # Short steps are seen at once (a spin that still lets other
+            # Python threads run); longer ones are polled with a back-off.
+            if waited < SPIN_S:
+                time.sleep(0)
+                continue
+            time.sleep(pause)
+            pause = min(pause * 2, 2e-4)
 
     def tensor(self) -> torch.Tensor:
         """The ``[rows, cols]`` host tensor, after waiting. Copy it before
@@ -128,3 +152,12 @@ class LazyTensor:
             for b in self._buffers:
                 pool.release(b, self._event)
         self._buffers = ()
+
+
+def _query(event) -> bool:
+    try:
+        return event.query()
+    except RuntimeError as e:  # torch.AcceleratorError is a RuntimeError
+        if is_sticky_cuda_error(e):
+            raise DeviceError(str(e)) from e
+        raise

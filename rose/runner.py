@@ -10,6 +10,7 @@ event has completed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .attention import AttentionBackend
+from .errors import DeviceError, is_sticky_cuda_error
 from .graphs import Action, Dispatcher, GraphKey, GraphSettings
 from .interface import Batch, Layout, OutputKind
 from .layout import repack, resolve_defaults, rows_for, step_inputs
@@ -57,17 +59,26 @@ class Runner:
         self.dimension = dimension
         self.normalize_default = normalize_default
         self.cuda = device.type == "cuda"
+        if self.cuda and device.index is not None:
+            # Kernels, the pinned copies and the event go to the current
+            # device: with cuda:N, N > 0, that has to be N (see ``run``).
+            # Plain "cuda" means the current device, already right.
+            torch.cuda.set_device(device)
         # Static buffers on the CPU run the same bookkeeping without graphs,
-        # so the path can be tested where there is no GPU.
-        use_static = (self.cuda and graphs and backend.capture_safe) or (not self.cuda and static_on_cpu)
+        # so the path can be tested where there is no GPU. A backend that pads
+        # every sequence to the longest would, at a bucket's fixed max length,
+        # pad every sequence to the whole bucket: it stays eager.
+        graph_ok = backend.capture_safe and not backend.pads_to_longest
+        use_static = (self.cuda and graphs and graph_ok) or (not self.cuda and static_on_cpu)
         self.dispatcher = Dispatcher(settings or GraphSettings(), enabled=use_static)
         self.pool = PinnedPool(pin=self.cuda)
         self.stats = RunnerStats()
         self._entries: dict[GraphKey, _Entry] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda else None
         self.threads = None if self.cuda else ThreadBudget()
-        if self.cuda and graphs and not backend.capture_safe:
-            log.warning("attention backend %s is not capture-safe: CUDA graphs are off", backend.name)
+        if self.cuda and graphs and not graph_ok:
+            log.warning("attention backend %s is not capture-safe or pads to the longest sequence: CUDA graphs "
+                        "are off", backend.name)
 
     def run(self, batch: Batch) -> LazyTensor:
         resolve_defaults(batch, self.dimension, self.normalize_default)
@@ -75,10 +86,17 @@ class Runner:
             self.threads.apply(batch.layout.real_tokens)
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
         action = self.dispatcher.hit(key)
-        with torch.inference_mode():
-            if action is Action.EAGER:
-                return self._eager(batch)
-            return self._static(batch, key, action)
+        # The current device is per thread, and the host may call from
+        # another thread than the one that built the engine.
+        with torch.inference_mode(), _on(self.device):
+            try:
+                if action is Action.EAGER:
+                    return self._eager(batch)
+                return self._static(batch, key, action)
+            except RuntimeError as e:
+                if is_sticky_cuda_error(e):
+                    raise DeviceError(f"the CUDA context is unusable after: {e}") from e
+                raise
 
     def capture(self, key: GraphKey) -> None:
         """Warms up and captures one configuration now (for operators who
@@ -152,13 +170,19 @@ class Runner:
             return 0.0
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self._graph_pool):
-                out = self._forward(key.kind, entry.arena, entry.layout, lengths, entry.layout.tokens)
-        except Exception:  # a kernel that cannot be captured: stay eager
+            # thread_local: the completion thread may query events while this
+            # thread captures; in the default (global) mode that query would
+            # invalidate the capture. The float32 cast is captured too, so a
+            # replay leaves nothing to run eagerly.
+            with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
+                out = _f32(self._forward(key.kind, entry.arena, entry.layout, lengths, entry.layout.tokens))
+        except Exception as e:  # a kernel that cannot be captured: stay eager
+            if is_sticky_cuda_error(e):
+                raise
             log.exception("capture of %s failed; it will run eagerly on static buffers", key)
             self.dispatcher.failed(key)
             return time.perf_counter() - started
-        entry.graph, entry.out = graph, _f32(out)
+        entry.graph, entry.out = graph, out
         self.dispatcher.captured(key)
         elapsed = time.perf_counter() - started
         log.info("captured %s in %.0f ms", key, elapsed * 1e3)
@@ -173,6 +197,11 @@ class Runner:
         self.stats.steps[action.value] += 1
         self.stats.padded_tokens += layout.tokens - layout.real_tokens
         self.stats.capture_seconds += capture_s
+
+
+def _on(device: torch.device):
+    """The device guard for a step (nothing to do on the CPU)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:

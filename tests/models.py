@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-TOKENIZERS = Path(__file__).resolve().parent / "data" / "tokenizers"
+from tests.fixtures import TOKENIZERS, tokenizer_dir
 
 
 def _perturb(model: torch.nn.Module, seed: int) -> None:
@@ -50,7 +50,7 @@ def _write_json(path: Path, data) -> None:
 def _tokenizer(out: Path, name: str, post_processor: dict | None = None, **config) -> None:
     """Copies a real tokenizer without fixed padding/truncation and writes
     its tokenizer_config.json (with the given fields)."""
-    tok = json.loads((TOKENIZERS / name / "tokenizer.json").read_text(encoding="utf-8"))
+    tok = json.loads((tokenizer_dir(name) / "tokenizer.json").read_text(encoding="utf-8"))
     tok["padding"] = None
     tok["truncation"] = None
     if post_processor is not None:

@@ -46,6 +46,17 @@ def default_model_dir() -> str:
     return path
 
 
+# Every child not yet stopped, so an emergency exit (a watchdog) can end
+# them even while one is still starting.
+_LIVE: set["Process"] = set()
+
+
+def kill_all() -> None:
+    """Kills every child process these classes started and did not stop."""
+    for p in list(_LIVE):
+        p.kill()
+
+
 class Process:
     """A child process whose output goes to a log file (read on failure)."""
 
@@ -57,6 +68,7 @@ class Process:
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+        _LIVE.add(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -78,22 +90,32 @@ class Process:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+        _LIVE.discard(self)
         return self.proc.returncode
 
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
         self._log.close()
+        _LIVE.discard(self)
 
     def wait_until(self, ready, timeout: float, what: str) -> None:
+        """Polls ``ready`` until true; the process is stopped when it exits
+        early, when ``ready`` raises (a broken client never becomes ready),
+        or after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}) before {what}:\n{self.log()[-4000:]}")
-            if ready():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not {what} after {timeout}s:\n{self.log()[-4000:]}")
+        try:
+            while time.monotonic() < deadline:
+                if not self.alive():
+                    raise RuntimeError(
+                        f"{self.name} exited ({self.proc.returncode}) before {what}:\n{self.log()[-4000:]}")
+                if ready():
+                    return
+                time.sleep(0.1)
+            raise RuntimeError(f"{self.name} not {what} after {timeout}s:\n{self.log()[-4000:]}")
+        except BaseException:
+            self.stop(timeout=5)
+            raise
 
 
 class Tulip(Process):
@@ -108,6 +130,12 @@ class Tulip(Process):
                "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
+        # Stubs that cannot import (missing, or generated for a newer
+        # grpcio/protobuf) would make every readiness probe fail until the
+        # timeout: fail before starting anything instead.
+        from tulip.client import load_stubs
+
+        load_stubs("tulip")
         super().__init__(f"tulip-{self.port}", cmd, env, log_dir)
         self.wait_until(self._serving, timeout, "serving")
 
@@ -130,14 +158,18 @@ class Tulip(Process):
         return TulipClient(self.target)
 
     def _serving(self) -> bool:
+        """Whether Info answers. Only gRPC errors mean "not yet": anything
+        else (stubs, client bugs) is raised at once."""
+        import grpc
+
         from tulip.client import TulipClient
 
-        try:
-            with TulipClient(self.target, timeout=1.0) as c:
+        with TulipClient(self.target, timeout=1.0) as c:
+            try:
                 c.info()
-            return True
-        except Exception:
-            return False
+            except grpc.RpcError:
+                return False
+        return True
 
 
 def start_tulips(n: int, model_dir: str | None = None, *, log_dir: Path, **flags) -> list[Tulip]:

@@ -105,24 +105,37 @@ def test_rust_waits_on_a_torch_event_from_another_thread_without_the_gil():
     from rose.pinned import PinnedPool
 
     a = torch.randn(4096, 4096, device="cuda")
-    for _ in range(20):  # long enough that the wait really waits
+    for _ in range(40):  # long enough that the wait really waits
         a = (a @ a).tanh_()
     lazy = LazyTensor.copy_from_device(a[:8, :16].contiguous(), PinnedPool())
-    ticks = 0
-    done = threading.Event()
+    event = lazy._event
+    entered, done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
 
     def waiter():
-        wait_event(lazy.event_handle)
-        done.set()
+        entered.set()
+        try:
+            wait_event(lazy.event_handle, timeout_s=60)
+        except BaseException as e:  # reported below, and the loop still ends
+            errors.append(e)
+        finally:
+            done.set()
 
     t = threading.Thread(target=waiter)
     t.start()
-    while not done.is_set():  # the main thread keeps running Python: the GIL is free
-        ticks += 1
-        time.sleep(0.0005)
-    t.join()
+    entered.wait(10)
+    # Python ticks of this thread while the waiter is inside wait_event and
+    # the event is still pending: if wait_event held the GIL, this thread
+    # could not run at all until the event completed, and this stays 0.
+    ticks_while_pending = 0
+    while not done.wait(0.0005):
+        if not event.query():
+            ticks_while_pending += 1
+    t.join(10)
+    assert not errors, errors
+    assert event.query()
     got = torch.frombuffer(bytearray(lazy.nbytes), dtype=torch.float32)
     got.copy_(lazy.tensor().reshape(-1))
     assert torch.equal(got.view(8, 16), a[:8, :16].cpu())
-    assert ticks > 0
+    assert ticks_while_pending > 0, "the main thread never ran while the wait was pending: the GIL was held"
     lazy.release()

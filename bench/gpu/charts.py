@@ -10,19 +10,29 @@ import statistics
 import time
 
 from bench.clients import grpc_clients, http_clients
+from bench.gpu.loadgen import Loadgen, grpc_input, http_input
 from bench.gpu.models import Shape, token_ids
 from bench.gpu.timing import hf_step
 from bench.harness import Stats, interleave, ratio
 from bench.httpclient import HttpClient
 
 
-def online(tulip, hf, shape: Shape, lengths: list[int], rounds: int, device: str) -> dict:
+def online(tulip, hf, shape: Shape, lengths: list[int], rounds: int, device: str, lg: Loadgen | None = None) -> dict:
+    """Batch 1 per length. With the compiled load generator, Tulip's side is
+    timed by it (and its floor against a null server is reported next to
+    it); without, by the Python gRPC client interleaved with transformers."""
     out = {}
     with tulip.client() as c:
         for n in lengths:
             seqs = [token_ids(shape, n, seed=n + k) for k in range(4)]
-            reqs = [c.request([s]) for s in seqs]
             hf_steps = [hf_step(hf, shape, [s], device) for s in seqs]
+            if lg is not None:
+                sides = lg.run("grpc", tulip.target, grpc_input([[s] for s in seqs]), [1], rounds, floor=True)
+                lat = interleave({"transformers eager": lambda i, h=hf_steps: h[i % 4]()}, rounds, warmup=3, seed=n)
+                out[str(n)] = {"tulip": sides["1"], "loadgen floor": sides["floor"],
+                               **{k: Stats.of(v).to_dict() for k, v in lat.items()}}
+                continue
+            reqs = [c.request([s]) for s in seqs]
             lat = interleave({"tulip": lambda i, r=reqs: c.stub.Embed(r[i % 4]),
                               "transformers eager": lambda i, h=hf_steps: h[i % 4]()}, rounds, warmup=3, seed=n)
             out[str(n)] = {k: Stats.of(v).to_dict() for k, v in lat.items()}
@@ -36,7 +46,7 @@ def scoring(tulip, hf, shape: Shape, length: int, batches: list[int], rounds: in
             seqs = [token_ids(shape, length, seed=1000 + k) for k in range(b)]
             req, h = c.request(seqs), hf_step(hf, shape, seqs, device)
             lat = interleave({"tulip": lambda i: c.stub.Embed(req), "transformers eager": lambda i: h()},
-                             rounds, warmup=2, seed=b)
+                             rounds, warmup=3, seed=b)
             out[str(b)] = {k: Stats.of(v).to_dict() for k, v in lat.items()}
     return out
 
@@ -63,9 +73,16 @@ def throughput(tulip, hf, shape: Shape, lengths: list[int], clients: int, batch:
 
 
 def concurrency(target_port: int | None, tulip, shape: Shape, texts: list[str] | None, length: int,
-                levels: list[int], per_level: int) -> dict:
+                levels: list[int], per_level: int, lg: Loadgen | None = None) -> dict:
     """Through Ivy (``target_port``) with real text when given, else
-    pre-tokenized over gRPC to Tulip."""
+    pre-tokenized over gRPC to Tulip; by the compiled load generator when
+    there is one (its floor under "floor"), else by Python client processes."""
+    if lg is not None:
+        if target_port is not None:
+            return lg.run("http", f"127.0.0.1:{target_port}", http_input([{"input": t} for t in texts]), levels,
+                          per_level, floor=True)
+        seqs = [token_ids(shape, length, seed=3000 + k) for k in range(16)]
+        return lg.run("grpc", tulip.target, grpc_input([[s] for s in seqs]), levels, per_level, floor=True)
     out = {}
     for c in levels:
         per = max(2, -(-per_level // c))

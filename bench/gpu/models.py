@@ -12,7 +12,6 @@ from pathlib import Path
 
 import torch
 
-TOKENIZERS = Path(__file__).resolve().parents[2] / "tests" / "data" / "tokenizers"
 
 
 @dataclass(frozen=True)
@@ -125,7 +124,9 @@ def _sentence_transformers_files(s: Shape, out: Path) -> None:
 
 
 def _tokenizer_files(s: Shape, out: Path) -> None:
-    tok = json.loads((TOKENIZERS / s.tokenizer / "tokenizer.json").read_text(encoding="utf-8"))
+    from tests.fixtures import tokenizer_dir
+
+    tok = json.loads((tokenizer_dir(s.tokenizer) / "tokenizer.json").read_text(encoding="utf-8"))
     tok["padding"] = None
     tok["truncation"] = None
     (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")

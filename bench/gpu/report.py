@@ -1,4 +1,5 @@
-"""``gpu.md``: the GPU run's JSON as tables."""
+"""``gpu.md``: the GPU run's JSON as tables, rewritten after every section
+(so it also reads well for a run cut short)."""
 
 from __future__ import annotations
 
@@ -16,69 +17,77 @@ def _cells(by: dict, sides: list[str]) -> list[list]:
     return rows
 
 
-def _model(name: str, m: dict) -> list[str]:
-    out = [f"\n## {name}\n"]
-    if "not_timed" in m:
-        return out + [m["not_timed"]]
-    for key, what in (("graphs_sweep", None), ("online", None), ("scoring", None), ("throughput", None),
-                      ("concurrency", None), ("overlap", None)):
-        sec = m.get(key)
-        if sec is None:
-            continue
-        if "skipped" in sec or "error" in sec:
-            out.append(f"- {key}: {sec.get('skipped') or sec.get('error')}")
-    if "eager_vs_graphs" in m:
-        sides = ["rose eager", "rose graphs", "transformers eager"]
-        out += ["\nBatch 1, engine level (p50 / p99 ms):\n",
-                table(["tokens", *[f"{s} {q}" for s in sides for q in ("p50", "p99")]],
-                      _cells(m["eager_vs_graphs"], sides))]
-    sweep = m.get("graphs_sweep", {})
-    if "inflection_tokens" in sweep:
+def _latency(title: str, first: str, by: dict, sides: list[str]) -> list[str]:
+    return [f"\n{title} (p50 / p99 ms):\n",
+            table([first, *[f"{s} {q}" for s in sides for q in ("p50", "p99")]], _cells(by, sides))]
+
+
+def _detail(name: str, r) -> list[str]:
+    """Tables for the sections that have them."""
+    kind = name.rsplit("/", 1)[-1]
+    if name.startswith("gate/"):
+        return ["\n" + table(["backend", "dtype", "status", "min cosine / reason", "threshold"],
+                             [[g.get("backend"), g.get("dtype"), g["status"], g.get("min_cosine", g.get("reason")),
+                               g.get("threshold")] for g in r])]
+    if name.startswith("check/") or name.startswith("preflight/"):
+        return [f"\n`{ {k: v for k, v in r.items() if k != 'check'} }`\n"] if isinstance(r, dict) else []
+    if kind == "graphs":
+        out = _latency("Batch 1, engine level", "tokens", r["eager_vs_graphs"],
+                       ["rose eager", "rose graphs", "transformers eager"])
         out.append(f"\nKernel-launch inflection point (graphs save < 5% from here on): "
-                   f"{sweep['inflection_tokens']} tokens\n")
-        out.append(table(["tokens", "eager p50", "eager p99", "graphs p50", "graphs p99"],
-                         _cells(sweep["sweep"], ["rose eager", "rose graphs"])))
-    if isinstance(m.get("online"), dict) and "error" not in m["online"] and "skipped" not in m["online"]:
-        out += ["\nOnline through Tulip (gRPC), p50 / p99 ms:\n",
-                table(["tokens", "tulip p50", "tulip p99", "transformers p50", "transformers p99"],
-                      _cells(m["online"], ["tulip", "transformers eager"]))]
-    if isinstance(m.get("scoring"), dict) and "error" not in m["scoring"] and "skipped" not in m["scoring"]:
-        out += ["\nScoring through Tulip, p50 / p99 ms:\n",
-                table(["batch", "tulip p50", "tulip p99", "transformers p50", "transformers p99"],
-                      _cells(m["scoring"], ["tulip", "transformers eager"]))]
-    tp = m.get("throughput")
-    if isinstance(tp, dict) and "error" not in tp and "skipped" not in tp:
-        out += ["\nBatch embedding (embeddings/s):\n",
+                   f"{r['inflection_tokens']} tokens\n")
+        return out + _latency("Sweep", "tokens", r["sweep"], ["rose eager", "rose graphs"])
+    if kind == "online":
+        sides = ["tulip", "transformers eager"]
+        if any("loadgen floor" in v for v in r.values()):
+            sides.append("loadgen floor")  # the compiled client's own cost, against a null server
+        return _latency("Online through Tulip (gRPC)", "tokens", r, sides)
+    if kind == "scoring":
+        return _latency("Scoring through Tulip", "batch", r, ["tulip", "transformers eager"])
+    if kind == "throughput":
+        return ["\nBatch embedding (embeddings/s):\n",
                 table(["tokens", "tulip", "transformers", "ratio"],
                       [[k, v["tulip_embeddings_per_s"], v["transformers_embeddings_per_s"], v["ratio"]]
-                       for k, v in tp.items()])]
-    cc = m.get("concurrency")
-    if isinstance(cc, dict) and "by_clients" in cc:
-        out += [f"\nConcurrency ({cc['path']}), ms:\n",
-                table(["clients", "count", "p50", "p90", "p99"],
-                      [[k, v["count"], v["p50"], v["p90"], v["p99"]] for k, v in cc["by_clients"].items()])]
-    ov = m.get("overlap")
-    if isinstance(ov, dict) and "on_over_off" in ov:
-        out += [f"\nOverlap on / off throughput: {ov['on_over_off']} "
-                f"(requests/s {ov['requests_per_s']}); p50 on {ov['latency']['on']['p50']:.3f} ms, "
-                f"off {ov['latency']['off']['p50']:.3f} ms\n"]
-    return out
+                       for k, v in r.items()])]
+    if kind == "concurrency":
+        return [f"\nConcurrency ({r['path']}; client: {r.get('client', 'python')}), ms:\n",
+                table(["clients", "count", "p50", "p90", "p99", "requests/s"],
+                      [[k, v["count"], v["p50"], v["p90"], v["p99"], v["requests_per_s"]]
+                       for k, v in r["by_clients"].items()])]
+    if kind == "overlap":
+        return [f"\nOverlap on / off throughput: {r['on_over_off']} (requests/s {r['requests_per_s']}); "
+                f"p50 on {r['latency']['on']['p50']:.3f} ms, off {r['latency']['off']['p50']:.3f} ms\n"]
+    if name == "backends":
+        return ["\n" + table(["model", "sequences", "tokens", "ranking (fastest first)", "µs"],
+                             [[c["model"], c["sequences"], c["tokens"], ", ".join(c["ranking"]), c["us"]]
+                              for c in r["cells"]])]
+    return []
 
 
 def markdown(result: dict) -> str:
-    env = result["environment"]
-    lines = [f"# GPU benchmark{' (dry run on CPU)' if result['dry_run'] else ''}", "",
+    sections = result.get("sections", {})
+    env = sections.get("preflight/versions", {}).get("result") or {}
+    lines = [f"# GPU benchmark{' (dry run on CPU)' if result.get('dry_run') else ''}", "",
              f"Command: `{' '.join(result['command'])}`  ",
-             f"Device: {env['device']}, torch {env['torch']}, CUDA {env['cuda']}, transformers "
-             f"{env['transformers']}; {result['seconds']} s in all.", "",
-             "## Correctness gate (ROSE vs transformers, same weights, cosine ≥ 0.999)", "",
-             table(["model", "backend", "dtype", "status", "min cosine / reason"],
-                   [[g.get("model"), g.get("backend", "–"), g.get("dtype", "–"), g["status"],
-                     g.get("min_cosine", g.get("reason"))] for g in result["gate"]]),
-             "", "## Micro-checks", "",
-             table(["check", "status", "detail"],
-                   [[c["check"], c["status"], {k: v for k, v in c.items() if k not in ("check", "status")}]
-                    for c in result["checks"]])]
-    for name, m in result["models"].items():
-        lines += _model(name, m)
+             f"Device: {env.get('device')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, transformers "
+             f"{env.get('transformers')}, grpcio {env.get('grpcio')}, protobuf {env.get('protobuf')}; "
+             f"{result.get('seconds')} s so far (budget {result.get('budget_s')} s).", ""]
+    pre = result.get("preflight")
+    if pre and not pre["passed"]:
+        lines += [f"**Preflight failed at {pre['step']}:** {pre['error']}", ""]
+    if "watchdog" in result:
+        lines += [f"**Stopped by the watchdog** after {result['watchdog']['after_s']} s in "
+                  f"{result['watchdog']['section']}.", ""]
+    lines += ["## Sections", "",
+              table(["section", "status", "seconds", "note"],
+                    [[n, r["status"], r.get("seconds", ""), r.get("error") or r.get("reason") or ""]
+                     for n, r in sections.items()])]
+    for name, r in sections.items():
+        if r["status"] in ("ok", "failed") and r.get("result") is not None:
+            try:
+                detail = _detail(name, r["result"])
+            except (KeyError, TypeError, ValueError) as e:  # a report must never lose the JSON
+                detail = [f"\n(no table: {e!r})\n"]
+            if detail:
+                lines += [f"\n## {name}", *detail]
     return "\n".join(lines) + "\n"

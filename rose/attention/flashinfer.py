@@ -8,6 +8,7 @@ need the wrapper's fixed-size CUDA-graph mode).
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import torch
@@ -49,7 +50,10 @@ class FlashInferBackend(AttentionBackend):
             raise RuntimeError("flashinfer backend used before bind()")
         s = self._shape
         w = self._wrapper(cu_seqlens.device)
-        indptr = cu_seqlens.to(torch.int32)
+        # plan() schedules on the host: indptr built from the host lengths
+        # costs nothing, while a device tensor would be copied back (a sync
+        # per step).
+        indptr = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
         w.plan(indptr, indptr, s.num_heads, s.num_kv_heads, s.head_dim,
                causal=causal, sm_scale=s.head_dim ** -0.5, q_data_type=self._dtype, kv_data_type=self._dtype)
         return AttnPlan(cu_seqlens, lengths, max_seqlen, causal, backend=self, extra=w)

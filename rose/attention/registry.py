@@ -13,7 +13,15 @@ from .selection import SelectionTable, device_kind
 from .varlen import varlen_backends
 
 # Used when the selection table has nothing comparable: fused varlen
-# kernels first, then the always-available SDPA paths.
+# kernels first, then the always-available SDPA paths. There is no GPU
+# table yet (tables/ holds cpu.json only), so on a GPU "auto" takes the
+# first capture-safe, non-padding backend here that imports and supports
+# the shape. On the H200 image (torch 2.11 + CUDA 13, no flash-attn,
+# FlashAttention-4 or FlashInfer) that is torch_varlen in bf16/fp16 for
+# head dims <= 128 and a multiple of 8 (BGE-M3: 64, Qwen3-0.6B: 128), with
+# sdpa_masked as the only other candidate (never preferred without a
+# table); in fp32 it is sdpa_masked. bench/attention_sweep.py writes the
+# table once a GPU run measures the cells.
 DEFAULT_ORDER = ("fa4", "flash_attn3", "flash_attn", "flashinfer", "torch_varlen", "sdpa", "sdpa_padded",
                  "sdpa_masked")
 
@@ -58,6 +66,7 @@ class SelectingBackend(AttentionBackend):
         self.shape = shape
         self.dtype = dtype
         self.capture_safe = all(b.capture_safe for b in backends)
+        self.pads_to_longest = any(b.pads_to_longest for b in backends)
 
     def bind(self, shape, device, dtype) -> None:
         for b in self.backends.values():
@@ -104,8 +113,12 @@ def select_backend(
         raise ValueError(f"no attention backend supports {shape} in {dtype} on {device}")
     if device.type == "cuda" and any(b.capture_safe for b in usable):
         # CUDA graphs remove far more host time than the few percent that
-        # separate kernels, so "auto" keeps to kernels a graph can hold.
+        # separate kernels, so "auto" keeps to kernels a graph can hold, and
+        # of those not one that pads every sequence to the longest: in a
+        # graph the longest is the whole bucket.
         usable = [b for b in usable if b.capture_safe]
+        if any(not b.pads_to_longest for b in usable):
+            usable = [b for b in usable if not b.pads_to_longest]
     if table is None:
         table = SelectionTable.load(device_kind(device))
     chosen = usable[0] if len(usable) == 1 else SelectingBackend(usable, table, shape, dtype, device)

@@ -49,17 +49,42 @@ class TorchVarlenBackend(AttentionBackend):
         self._window = "window_size" in params
         self._native_gqa = "enable_gqa" in params
         self._has_scale = "scale" in params
+        self._gqa_unexpanded = self._native_gqa  # else decided in bind()
 
     def supports(self, shape: AttnShape, device, dtype) -> bool:
         return (device.type == "cuda" and dtype in _HALF and shape.head_dim % 8 == 0
                 and shape.head_dim <= 128 and _capability(device)[0] >= 8)
+
+    def bind(self, shape: AttnShape, device, dtype) -> None:
+        # The flash kernel under varlen_attn shares KV heads natively; a
+        # release without ``enable_gqa`` may still accept fewer KV heads.
+        # One tiny call at load time says so, instead of repeating K/V in
+        # every layer of every step.
+        self._gqa_unexpanded = self._native_gqa or (shape.gqa and self._accepts_fewer_kv_heads(shape, device, dtype))
+
+    def _accepts_fewer_kv_heads(self, shape: AttnShape, device, dtype) -> bool:
+        t, hq, hkv, d = 8, shape.num_heads, shape.num_kv_heads, shape.head_dim
+        g = torch.Generator(device=device).manual_seed(0)
+        q, k, v = (torch.randn(t, h, d, device=device, dtype=dtype, generator=g) for h in (hq, hkv, hkv))
+        cu = torch.tensor([0, t], dtype=torch.int32, device=device)
+        plan = AttnPlan(cu, [t], t, False, backend=self)
+        try:
+            self._gqa_unexpanded = True
+            native = self.attend(q, k, v, plan, d ** -0.5)
+        except Exception as e:  # the kernel wants equal head counts
+            log.debug("torch varlen_attn takes no GQA here: %s", e)
+            return False
+        finally:
+            self._gqa_unexpanded = False
+        want = self.attend(q, k, v, plan, d ** -0.5)
+        return bool(torch.allclose(native.float(), want.float(), atol=2e-2, rtol=2e-2))
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         q, k, v = dense_rows(q, k, v)
         kw = {}
         if self._native_gqa:
             kw["enable_gqa"] = q.shape[1] != k.shape[1]
-        else:
+        elif not self._gqa_unexpanded:
             k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
         if self._has_scale:
             kw["scale"] = scale

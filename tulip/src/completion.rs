@@ -3,8 +3,8 @@
 //! its request, answering requests whose last sequence arrived.
 
 use std::sync::mpsc::Receiver;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use proto::tulip::v1::Timing;
 
@@ -25,7 +25,12 @@ pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>, metrics: Arc<Metrics>) {
 /// Delivers a step's rows (waiting for them first) and frees its slot; the
 /// output goes back to the scheduler thread for release under the GIL.
 pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
-    if let Err(e) = deliver(&step) {
+    let waited = cuda::wait(step.output.event);
+    let delivered = match &waited {
+        Ok(()) => deliver(&step),
+        Err(e) => Err(TulipError::Engine(e.to_string())),
+    };
+    if let Err(e) = delivered {
         let ids: Vec<&str> = step
             .seqs
             .iter()
@@ -36,6 +41,11 @@ pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
             s.request.fail(e.clone());
         }
     }
+    if let Err(e) = &waited {
+        if e.is_fatal() {
+            device_failed(&e.to_string());
+        }
+    }
     metrics
         .step_seconds
         .observe(step.launched.elapsed().as_secs_f64());
@@ -43,8 +53,40 @@ pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
     metrics.inflight_steps.set(pool.inflight() as i64);
 }
 
+/// What a replica does when its device is unusable for good, instead of
+/// the default (log, then exit so the gateway and the orchestrator see it
+/// gone): set once, before serving (e.g. health to NOT_SERVING, then exit).
+pub type DeviceFailureHook = Box<dyn Fn(&str) + Send + Sync>;
+
+static DEVICE_FAILURE: OnceLock<DeviceFailureHook> = OnceLock::new();
+
+/// Exit status of a replica stopped by a device failure (EX_SOFTWARE).
+pub const EXIT_DEVICE_FAILURE: i32 = 70;
+
+/// Installs the device-failure hook; false if one was installed already.
+#[allow(dead_code)] // for the server's start-up, which keeps the default today
+pub fn on_device_failure(hook: DeviceFailureHook) -> bool {
+    DEVICE_FAILURE.set(hook).is_ok()
+}
+
+/// A sticky CUDA error or a hung step: every later step would fail fast, and
+/// a replica that fails fast looks least loaded to the gateway, so it must
+/// stop answering SERVING rather than keep failing.
+fn device_failed(reason: &str) {
+    if let Some(hook) = DEVICE_FAILURE.get() {
+        return hook(reason);
+    }
+    tracing::error!(
+        reason,
+        "device failure: the CUDA context is unusable; exiting"
+    );
+    // Leaves a moment for the failed requests' answers to be written.
+    std::thread::sleep(Duration::from_millis(200));
+    std::process::exit(EXIT_DEVICE_FAILURE);
+}
+
+/// Hands a completed step's rows to their requests.
 fn deliver(step: &InFlight) -> Result<(), TulipError> {
-    cuda::wait(step.output.event).map_err(TulipError::Engine)?;
     let kind = match step.seqs.first() {
         Some(s) => s.request.kind,
         None => return Ok(()),

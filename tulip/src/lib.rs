@@ -81,11 +81,28 @@ fn serve(
 
 /// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`)
 /// has completed, with the GIL released: the same wait Tulip's completion
-/// thread performs. 0 means "no event" and returns at once.
+/// thread performs. 0 means "no event" and returns at once. Raises
+/// `TimeoutError` after `timeout_s` (default `$TULIP_EVENT_TIMEOUT_S`, else
+/// 120 s) and `RuntimeError` naming the CUDA error otherwise.
 #[pyfunction]
-fn wait_event(py: Python<'_>, handle: usize) -> PyResult<()> {
-    py.detach(|| cuda::wait(handle))
-        .map_err(pyo3::exceptions::PyRuntimeError::new_err)
+#[pyo3(signature = (handle, timeout_s=None))]
+fn wait_event(py: Python<'_>, handle: usize, timeout_s: Option<f64>) -> PyResult<()> {
+    let timeout = timeout_s.map_or_else(cuda::default_timeout, Duration::from_secs_f64);
+    py.detach(|| cuda::wait_for(handle, timeout))
+        .map_err(|e| match e {
+            cuda::WaitError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
+            _ => pyo3::exceptions::PyRuntimeError::new_err(e.to_string()),
+        })
+}
+
+/// Which GPU's primary context threads without a CUDA context use when
+/// they wait on events (`"cuda:1"`); anything but a CUDA device is ignored.
+/// Tulip's launcher calls it with the engine's device before serving.
+#[pyfunction]
+fn bind_cuda_device(device: &str) {
+    if let Some(n) = cuda::ordinal(device) {
+        cuda::bind_device(n);
+    }
 }
 
 fn init_logging(filter: &str) {
@@ -103,6 +120,7 @@ fn init_logging(filter: &str) {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
     m.add_function(wrap_pyfunction!(wait_event, m)?)?;
+    m.add_function(wrap_pyfunction!(bind_cuda_device, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

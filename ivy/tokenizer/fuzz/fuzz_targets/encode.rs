@@ -32,12 +32,15 @@ struct Fixture {
 fn fixtures() -> &'static [Fixture] {
     static ALL: OnceLock<Vec<Fixture>> = OnceLock::new();
     ALL.get_or_init(|| {
+        // Large fixtures are tracked as .gz: `python -m tests.fixtures`
+        // (from the repository root) unpacks them first.
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/data/tokenizers");
         NAMES
             .iter()
             .map(|name| {
                 let path = dir.join(name).join("tokenizer.json");
-                let ours = Tokenizer::from_file(&path).expect("load");
+                let ours = Tokenizer::from_file(&path)
+                    .expect("load (run `python -m tests.fixtures` to unpack the .gz fixtures)");
                 assert!(matches!(ours.backend(), ivy_tokenizer::Backend::InHouse(_)));
                 let mut oracle = tokenizers::Tokenizer::from_file(&path).expect("oracle");
                 oracle.with_padding(None);

@@ -1,0 +1,100 @@
+//! A minimal HTTP/1.1 keep-alive client: one connection, one request at a
+//! time, bodies framed by Content-Length (what Ivy sends). Lean on purpose:
+//! it prepares the request bytes once and parses only what it must.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub async fn connect(target: &str) -> Result<Self, String> {
+        let stream = TcpStream::connect(target)
+            .await
+            .map_err(|e| format!("connect {target}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(Self {
+            stream,
+            buf: Vec::with_capacity(1 << 16),
+        })
+    }
+
+    /// The bytes of one POST of `body` to `path`.
+    pub fn prepare(path: &str, body: &[u8]) -> Vec<u8> {
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: loadgen\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        req
+    }
+
+    /// Sends a prepared request and reads the whole response; returns the
+    /// status code.
+    pub async fn send(&mut self, request: &[u8]) -> Result<u16, String> {
+        self.stream
+            .write_all(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.buf.clear();
+        let head_end = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            self.read_more().await?;
+        };
+        let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|e| e.to_string())?;
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad status line: {head:?}"))?;
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .ok_or("response without Content-Length")?;
+        while self.buf.len() < head_end + length {
+            self.read_more().await?;
+        }
+        Ok(status)
+    }
+
+    async fn read_more(&mut self) -> Result<(), String> {
+        let mut chunk = [0u8; 1 << 16];
+        let n = self
+            .stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("connection closed mid-response".into());
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepared_requests_carry_their_length() {
+        let req = Client::prepare("/v1/embeddings", b"{\"input\":\"a\"}");
+        let text = String::from_utf8(req).unwrap();
+        assert!(text.starts_with("POST /v1/embeddings HTTP/1.1\r\n"));
+        assert!(text.contains("Content-Length: 13\r\n\r\n{\"input\":\"a\"}"));
+    }
+}
