@@ -12,7 +12,7 @@ import threading
 import torch
 
 # Steps with fewer real tokens than this run on one thread by default.
-SMALL_STEP_TOKENS = 64
+SMALL_STEP_TOKENS = 32
 
 
 class ThreadBudget:

@@ -112,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
            help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
     p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.flag("--io-threads", type=int, default=0, help="threads serving gRPC (0 = one per core)")
-    p.flag("--small-step-tokens", type=int, default=64,
+    p.flag("--small-step-tokens", type=int, default=32,
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
