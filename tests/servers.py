@@ -195,15 +195,18 @@ class Ivy(Process):
     """The ``ivy`` binary on free HTTP and gRPC ports, in front of ``tulip_urls`` (or of
     ``tulip_dns=...`` given as a flag)."""
 
-    def __init__(self, tulip_urls: list[str], tokenizer: str | None = None, *, port: int | None = None,
+    def __init__(self, tulip_urls: list[str], tokenizer: str | None | bool = None, *, port: int | None = None,
                  log_dir: Path, env: dict[str, str] | None = None, wait_ready: bool = True,
                  timeout: float = 60.0, **flags):
         if not IVY_BIN.is_file():
             raise RuntimeError(f"{IVY_BIN} is missing: run `make ivy` (cargo build --release -p ivy)")
         self.port = port or free_port()
         self.grpc_port = free_port()
-        cmd = [str(IVY_BIN), "--tokenizer", tokenizer or default_model_dir(), "--host", "127.0.0.1",
+        # tokenizer=False: no --tokenizer, Ivy uses the one the replicas serve.
+        cmd = [str(IVY_BIN), "--host", "127.0.0.1",
                "--port", str(self.port), "--grpc-port", str(self.grpc_port), "--health-interval", "0.2"]
+        if tokenizer is not False:
+            cmd += ["--tokenizer", tokenizer or default_model_dir()]
         if tulip_urls:
             cmd += ["--tulip", ",".join(tulip_urls)]
         for k, v in flags.items():

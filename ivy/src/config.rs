@@ -31,9 +31,11 @@ pub struct Config {
     #[arg(long, env = "IVY_DNS_INTERVAL", default_value = "5", value_parser = parse_seconds)]
     pub dns_interval: Duration,
 
-    /// The model's tokenizer: a tokenizer.json file or a model directory.
+    /// Override: tokenize with this tokenizer.json (or the model directory
+    /// holding it). By default Ivy uses the tokenizer the replicas serve
+    /// (sent in their Info), so both sides always agree.
     #[arg(long, env = "IVY_TOKENIZER")]
-    pub tokenizer: PathBuf,
+    pub tokenizer: Option<PathBuf>,
 
     /// Templates file (TOML: `default_prompt_name`, `[prompts]`). Reloaded on
     /// SIGHUP and when the file changes; a bad file is refused and the

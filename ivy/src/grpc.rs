@@ -316,7 +316,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::InfoResponse>, Status> {
         self.call("info", request, |state, _, _| async move {
             let m = state.replicas.model().ok_or_else(no_replica)?;
-            let templates = state.templates.get();
+            let templates = state.templates();
             Ok(pb::InfoResponse {
                 model_id: m.model_id.clone(),
                 architecture: m.architecture.clone(),

@@ -43,14 +43,15 @@ async fn check(set: &ReplicaSet, replica: &Arc<Replica>, timeout: Duration) {
                     }
                 },
             };
-            if set.accept_model(&info) {
-                replica.set_health(Health::Serving, "health check", false);
-            } else {
-                if replica.health() != Health::Mismatch {
-                    tracing::error!(replica = %replica.url, model = %info.model_id,
-                                    "replica serves another model than the others; not routing to it");
+            match set.accept_model(&info) {
+                Ok(()) => replica.set_health(Health::Serving, "health check", false),
+                Err(why) => {
+                    if replica.health() != Health::Mismatch {
+                        tracing::error!(replica = %replica.url, model = %info.model_id, reason = %why,
+                                        "replica refused; not routing to it");
+                    }
+                    replica.set_health(Health::Mismatch, "model or tokenizer mismatch", false);
                 }
-                replica.set_health(Health::Mismatch, "model mismatch", false);
             }
         }
         Ok(false) => replica.set_health(Health::Draining, "NOT_SERVING", false),

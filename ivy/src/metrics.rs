@@ -209,11 +209,16 @@ struct ReplicaCollector(Vec<Arc<Replica>>);
 
 impl Collector for ReplicaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let gauges: [Series<i64>; 2] = [
+        let gauges: [Series<i64>; 3] = [
             (
                 "ivy_replica_up",
                 "1 if the replica takes new work (healthy), 0 if not",
                 |r| r.is_routable() as i64,
+            ),
+            (
+                "ivy_replica_mismatch",
+                "1 if the replica is refused: it serves another model or tokenizer than the others",
+                |r| (r.health() == crate::replicas::Health::Mismatch) as i64,
             ),
             (
                 "ivy_replica_inflight_tokens",

@@ -14,6 +14,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::error::ApiError;
+use ivy_tokenizer::Tokenizer;
 
 /// Largest response Ivy accepts from a replica (a big multi-vector chunk).
 const MAX_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
@@ -293,16 +294,47 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-/// The replicas Ivy knows now (static or discovered) and the model they serve.
+/// The replicas Ivy knows now (static or discovered), the model they serve
+/// and the tokenizer requests are tokenized with.
 #[derive(Default)]
 pub struct ReplicaSet {
     list: RwLock<Arc<Vec<Arc<Replica>>>>,
     model: RwLock<Option<Arc<InfoResponse>>>,
+    tokenizer: RwLock<Option<Arc<Tokenizer>>>,
+    /// The tokenizer came from `--tokenizer`: the replicas' is not loaded.
+    tokenizer_override: bool,
+    /// The model's own prompt templates.
+    templates: RwLock<Option<Arc<crate::templates::Templates>>>,
     /// Woken when replicas are added, so they are checked at once.
     pub added: Notify,
 }
 
 impl ReplicaSet {
+    /// A set that tokenizes with `tokenizer` when given (the `--tokenizer`
+    /// override), else with the one the first replica serves.
+    pub fn with_tokenizer(tokenizer: Option<Arc<Tokenizer>>) -> Self {
+        Self {
+            tokenizer_override: tokenizer.is_some(),
+            tokenizer: RwLock::new(tokenizer),
+            ..Self::default()
+        }
+    }
+
+    /// The model's prompts as templates, once a replica has answered.
+    pub fn model_templates(&self) -> Option<Arc<crate::templates::Templates>> {
+        self.templates
+            .read()
+            .expect("templates lock poisoned")
+            .clone()
+    }
+
+    pub fn tokenizer(&self) -> Option<Arc<Tokenizer>> {
+        self.tokenizer
+            .read()
+            .expect("tokenizer lock poisoned")
+            .clone()
+    }
+
     pub fn snapshot(&self) -> Arc<Vec<Arc<Replica>>> {
         Arc::clone(&self.list.read().expect("replica set lock poisoned"))
     }
@@ -352,25 +384,79 @@ impl ReplicaSet {
         Ok(())
     }
 
-    /// Accepts a replica's model: the first one answering defines it; the
-    /// others must serve the same model (same id, shapes and outputs).
-    pub fn accept_model(&self, info: &Arc<InfoResponse>) -> bool {
+    /// Accepts a replica's model: the first one answering defines it (and,
+    /// without `--tokenizer`, the tokenizer); the others must serve the same
+    /// model (same id, shapes and outputs) with the same tokenizer (by the
+    /// sha256 of its file).
+    pub fn accept_model(&self, info: &Arc<InfoResponse>) -> Result<(), String> {
         let mut model = self.model.write().expect("model lock poisoned");
         match &*model {
             None => {
+                if !self.tokenizer_override {
+                    let t = load_tokenizer(info)?;
+                    *self.tokenizer.write().expect("tokenizer lock poisoned") = Some(Arc::new(t));
+                }
                 tracing::info!(model = %info.model_id, dimension = info.dimension,
-                               max_input_length = info.max_input_length, "model info");
+                               max_input_length = info.max_input_length,
+                               tokenizer_sha256 = %info.tokenizer_sha256,
+                               prompts = info.prompts.len(), "model info");
+                *self.templates.write().expect("templates lock poisoned") =
+                    Some(Arc::new(crate::templates::Templates::from_model(
+                        &info.prompts,
+                        &info.default_prompt_name,
+                    )));
                 *model = Some(Arc::clone(info));
-                true
+                Ok(())
             }
             Some(m) => {
-                m.model_id == info.model_id
+                let same_model = m.model_id == info.model_id
                     && m.dimension == info.dimension
                     && m.vocab_size == info.vocab_size
                     && m.max_input_length == info.max_input_length
-                    && m.kinds == info.kinds
+                    && m.kinds == info.kinds;
+                if !same_model {
+                    return Err(format!(
+                        "it serves model {} (dimension {}), the others {} (dimension {})",
+                        info.model_id, info.dimension, m.model_id, m.dimension
+                    ));
+                }
+                if m.tokenizer_sha256 != info.tokenizer_sha256 {
+                    return Err(format!(
+                        "it serves another tokenizer (sha256 {}) than the others ({})",
+                        short(&info.tokenizer_sha256),
+                        short(&m.tokenizer_sha256)
+                    ));
+                }
+                Ok(())
             }
         }
+    }
+}
+
+/// The tokenizer a replica sent in its Info.
+fn load_tokenizer(info: &InfoResponse) -> Result<Tokenizer, String> {
+    if info.tokenizer_json.is_empty() {
+        return Err(format!(
+            "model {} comes with no tokenizer.json; start Ivy with --tokenizer",
+            info.model_id
+        ));
+    }
+    let t = Tokenizer::from_bytes(&info.tokenizer_json).map_err(|e| {
+        format!(
+            "the tokenizer model {} serves does not load: {e}",
+            info.model_id
+        )
+    })?;
+    tracing::info!(model = %info.model_id, sha256 = %info.tokenizer_sha256, backend = %t.backend(),
+                   "tokenizer loaded from the replica");
+    Ok(t)
+}
+
+fn short(sha: &str) -> &str {
+    if sha.is_empty() {
+        "none"
+    } else {
+        &sha[..sha.len().min(12)]
     }
 }
 
@@ -418,7 +504,6 @@ mod tests {
 
     #[test]
     fn other_models_are_refused() {
-        let set = ReplicaSet::default();
         let a = Arc::new(InfoResponse {
             model_id: "m".into(),
             dimension: 384,
@@ -429,9 +514,32 @@ mod tests {
             dimension: 768,
             ..Default::default()
         });
-        assert!(set.accept_model(&a));
-        assert!(set.accept_model(&a));
-        assert!(!set.accept_model(&b));
+        let set = ReplicaSet::with_tokenizer(None);
+        // No tokenizer.json in the Info: nothing to tokenize with.
+        assert!(set.accept_model(&a).unwrap_err().contains("--tokenizer"));
+        let tok = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/data/tokenizers/all-minilm-l6-v2/tokenizer.json"
+        ))
+        .unwrap();
+        let with_tok = |info: &InfoResponse, sha: &str| {
+            Arc::new(InfoResponse {
+                tokenizer_json: tok.clone().into(),
+                tokenizer_sha256: sha.into(),
+                ..info.clone()
+            })
+        };
+        assert!(set.accept_model(&with_tok(&a, "aa")).is_ok());
+        assert!(set.tokenizer().is_some());
+        assert!(set.accept_model(&with_tok(&a, "aa")).is_ok());
+        assert!(set
+            .accept_model(&with_tok(&b, "aa"))
+            .unwrap_err()
+            .contains("dimension 768"));
+        assert!(set
+            .accept_model(&with_tok(&a, "bb"))
+            .unwrap_err()
+            .contains("another tokenizer"));
         assert_eq!(set.model().unwrap().dimension, 384);
     }
 }

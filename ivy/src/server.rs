@@ -22,14 +22,20 @@ use crate::{balancer, grpc, health, http};
 
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
-    let tokenizer = Tokenizer::from_file(&config.tokenizer).map_err(|e| e.to_string())?;
-    // Names the in-house model, or why the file fell back to `tokenizers`.
-    tracing::info!(path = %config.tokenizer.display(), backend = %tokenizer.backend(), "tokenizer loaded");
+    let tokenizer = match &config.tokenizer {
+        Some(path) => {
+            let t = Tokenizer::from_file(path).map_err(|e| e.to_string())?;
+            // Names the in-house model, or why the file fell back to `tokenizers`.
+            tracing::info!(path = %path.display(), backend = %t.backend(), "tokenizer loaded (--tokenizer override)");
+            Some(Arc::new(t))
+        }
+        None => None,
+    };
     let templates = Arc::new(TemplateStore::open(
         config.config.clone(),
         Arc::clone(&metrics),
     )?);
-    let replicas = Arc::new(ReplicaSet::default());
+    let replicas = Arc::new(ReplicaSet::with_tokenizer(tokenizer));
     let source = match &config.tulip_dns {
         Some(target) => Source::Dns {
             target: target.clone(),
@@ -55,7 +61,6 @@ pub async fn run(config: Config) -> Result<(), String> {
         admission: Admission::new(config.max_concurrent_requests),
         policy: balancer::policy(config.balance),
         api_key: ApiKey::new(config.api_key.clone()),
-        tokenizer: Arc::new(tokenizer),
         replicas,
         templates,
         metrics,

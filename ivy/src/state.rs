@@ -8,16 +8,16 @@ use ivy_tokenizer::Tokenizer;
 use crate::auth::ApiKey;
 use crate::balancer::Policy;
 use crate::config::Config;
+use crate::error::ApiError;
 use crate::limits::Admission;
 use crate::metrics::Metrics;
 use crate::replicas::ReplicaSet;
-use crate::templates::TemplateStore;
+use crate::templates::{TemplateStore, Templates};
 
 pub type AppState = Arc<Gateway>;
 
 pub struct Gateway {
     pub config: Config,
-    pub tokenizer: Arc<Tokenizer>,
     pub replicas: Arc<ReplicaSet>,
     pub templates: Arc<TemplateStore>,
     pub admission: Admission,
@@ -33,6 +33,25 @@ impl Gateway {
     /// When a request arriving now must be answered by.
     pub fn deadline(&self) -> Instant {
         Instant::now() + self.config.request_timeout
+    }
+
+    /// The prompt templates in force: the `--config` file's, else the
+    /// model's own (from the replicas), else none.
+    pub fn templates(&self) -> Arc<Templates> {
+        if !self.templates.has_file() {
+            if let Some(t) = self.replicas.model_templates() {
+                return t;
+            }
+        }
+        self.templates.get()
+    }
+
+    /// The tokenizer requests are tokenized with: `--tokenizer`, else the
+    /// one the replicas serve (503 until one has answered).
+    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>, ApiError> {
+        self.replicas
+            .tokenizer()
+            .ok_or_else(crate::replicas::no_replica)
     }
 
     /// The names the model is served under: `--served-model-name`, else the

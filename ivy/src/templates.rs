@@ -70,6 +70,22 @@ impl Templates {
         })
     }
 
+    /// The model's own prompts (sentence-transformers `prompts`, sent by the
+    /// replicas): the templates when no `--config` file is given.
+    pub fn from_model(prompts: &std::collections::HashMap<String, String>, default: &str) -> Self {
+        let prompts: BTreeMap<String, String> = prompts
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let default_prompt_name =
+            (!default.is_empty() && prompts.contains_key(default)).then(|| default.to_string());
+        Self {
+            default_prompt_name,
+            prompts,
+            max_input_length: None,
+        }
+    }
+
     /// The prefix for a request: the named prompt, else the default one.
     pub fn prefix(&self, prompt_name: Option<&str>) -> Result<Option<&str>, ApiError> {
         let Some(name) = prompt_name.or(self.default_prompt_name.as_deref()) else {
@@ -130,6 +146,11 @@ impl TemplateStore {
             last_seen: Mutex::new(seen),
             metrics,
         })
+    }
+
+    /// Whether a `--config` file is in charge (else the model's prompts).
+    pub fn has_file(&self) -> bool {
+        self.path.is_some()
     }
 
     pub fn get(&self) -> Arc<Templates> {

@@ -70,6 +70,12 @@ pub struct ModelInfo {
     pub multi_vector_dimension: u32,
     pub dtype: String,
     pub device: String,
+    /// The tokenizer.json bytes (empty when the model has none) and their
+    /// sha256, read once at start-up.
+    pub tokenizer_json: bytes::Bytes,
+    pub tokenizer_sha256: String,
+    pub prompts: std::collections::HashMap<String, String>,
+    pub default_prompt_name: String,
 }
 
 /// One batch as the engine's int32 arena (see `rose/interface.py`, class
@@ -213,6 +219,15 @@ impl EngineHandle {
             multi_vector_dimension: get("multi_vector_dimension")?.extract()?,
             dtype: get("dtype")?.extract()?,
             device: get("device")?.extract()?,
+            tokenizer_json: tokenizer_bytes(&optional(&info, "tokenizer_file")?)?,
+            tokenizer_sha256: optional(&info, "tokenizer_sha256")?,
+            prompts: info
+                .getattr("prompts")
+                .ok()
+                .map(|p| p.extract())
+                .transpose()?
+                .unwrap_or_default(),
+            default_prompt_name: optional(&info, "default_prompt_name")?,
         })
     }
 
@@ -263,6 +278,23 @@ impl EngineHandle {
         }
         drop(lazy);
     }
+}
+
+/// An optional string attribute of the engine's info ("" when missing or None).
+fn optional(info: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    match info.getattr(name) {
+        Ok(v) if !v.is_none() => v.extract(),
+        _ => Ok(String::new()),
+    }
+}
+
+fn tokenizer_bytes(path: &str) -> PyResult<bytes::Bytes> {
+    if path.is_empty() {
+        return Ok(bytes::Bytes::new());
+    }
+    std::fs::read(path).map(bytes::Bytes::from).map_err(|e| {
+        PyValueError::new_err(format!("cannot read the model's tokenizer {path}: {e}"))
+    })
 }
 
 impl EngineHandle {

@@ -142,6 +142,10 @@ impl Tulip for TulipService {
             max_request_sequences: self.limits.max_request_sequences as u32,
             max_batch_tokens: self.pool.max_batch_tokens as u32,
             max_batch_sequences: self.pool.max_batch_sequences as u32,
+            tokenizer_json: m.tokenizer_json.clone(),
+            tokenizer_sha256: m.tokenizer_sha256.clone(),
+            prompts: m.prompts.clone(),
+            default_prompt_name: m.default_prompt_name.clone(),
         }))
     }
 }

@@ -56,7 +56,7 @@ pub async fn info(State(state): State<AppState>) -> Response {
             } else {
                 json!({ "embedding": { "pooling": m.pooling } })
             };
-            let templates = state.templates.get();
+            let templates = state.templates();
             Ok(Json(json!({
                 "model_id": m.model_id,
                 "served_model_name": state.served_names().into_iter().next(),

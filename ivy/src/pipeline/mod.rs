@@ -137,7 +137,7 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     validate::job(&job, &model, &state.config)?;
 
     let started = Instant::now();
-    let templates = state.templates.get();
+    let templates = state.templates();
     let tokenized = prepare::tokenize(state, &model, &templates, job.inputs, &job.options).await?;
     let tokenize = started.elapsed();
     state.metrics.stage(Stage::Tokenize, tokenize);

@@ -2,8 +2,6 @@
 //! tokenizer (texts and query/text pairs) and truncation, or checks of
 //! caller-supplied token ids.
 
-use std::sync::Arc;
-
 use ivy_tokenizer::{Direction, EncodeOptions, Tokenizer};
 use proto::tulip::v1::InfoResponse;
 
@@ -38,14 +36,14 @@ pub async fn tokenize(
                 Some(prefix) => texts.into_iter().map(|t| format!("{prefix}{t}")).collect(),
                 None => texts,
             };
-            tokenize_texts(&state.tokenizer, texts, truncation).await
+            tokenize_texts(&state.tokenizer()?, texts, truncation).await
         }
         Inputs::Ids(ids) => check_ids(ids, truncation, model.vocab_size),
         Inputs::Pairs { query, texts } => {
+            let tokenizer = state.tokenizer()?;
             if texts.len() <= INLINE_PAIRS {
-                return encode_pairs(&state.tokenizer, &query, &texts, truncation);
+                return encode_pairs(&tokenizer, &query, &texts, truncation);
             }
-            let tokenizer = Arc::clone(&state.tokenizer);
             tokio::task::spawn_blocking(move || {
                 encode_pairs(&tokenizer, &query, &texts, truncation)
             })

@@ -2,7 +2,6 @@
 //! would see for each input, template included, with byte offsets. Nothing
 //! is truncated and no replica is involved.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use ivy_tokenizer::{EncodeOptions, Tokenizer};
@@ -52,16 +51,16 @@ pub async fn run(
             ));
         }
         let started = Instant::now();
-        let templates = state.templates.get();
+        let templates = state.templates();
         let inputs = match templates.prefix(job.prompt_name.as_deref())? {
             Some(p) => job.inputs.into_iter().map(|t| format!("{p}{t}")).collect(),
             None => job.inputs,
         };
         let add = job.add_special_tokens;
+        let tokenizer = state.tokenizer()?;
         let out = if inputs.len() <= INLINE_INPUTS {
-            tokens_of(&state.tokenizer, &inputs, add)
+            tokens_of(&tokenizer, &inputs, add)
         } else {
-            let tokenizer = Arc::clone(&state.tokenizer);
             tokio::task::spawn_blocking(move || tokens_of(&tokenizer, &inputs, add))
                 .await
                 .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
