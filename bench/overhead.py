@@ -11,7 +11,7 @@ tokenizer on both sides.
   it, and Ivy's own tokenization time. served / floor says how much the
   path adds beyond its parts.
 - Throughput: 64 concurrent keep-alive connections from a compiled client
-  process against Ivy, FastAPI with one worker and FastAPI with one worker
+  process (`bench/loadgen`) against Ivy, FastAPI with one worker and FastAPI with one worker
   per core; Tulip's sequences per engine step.
 - Idle cost: CPU used by Ivy and Tulip while nothing is sent."""
 
@@ -37,7 +37,7 @@ TITLE = "Host overhead: Ivy → Tulip → ROSE (null model) vs FastAPI + uvicorn
 TOKENS = 128
 NULL_CONFIG = {"model_type": "null", "hidden_size": 384, "vocab_size": 30522, "max_position_embeddings": 512}
 FLOOR_BIN = TARGET_DIR / "release" / "grpc-floor"
-LOAD_BIN = TARGET_DIR / "release" / "http-load"
+LOAD_BIN = TARGET_DIR / "release" / "loadgen"
 
 
 def null_model_dir() -> str:
@@ -47,8 +47,8 @@ def null_model_dir() -> str:
 
 
 def build_tools() -> None:
-    """The floor's tonic pair and the load client (bench/floor)."""
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "grpc-floor"], cwd=REPO, check=True)
+    """The floor's tonic pair (bench/floor) and the load client (bench/loadgen)."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "grpc-floor", "-p", "loadgen"], cwd=REPO, check=True)
 
 
 def _send(client: HttpClient, req: bytes) -> None:
@@ -79,10 +79,16 @@ def grpc_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
     return out
 
 
-def load(url: str, body: Path, seconds: int, connections: int = 64) -> dict:
-    r = subprocess.run([str(LOAD_BIN), url, str(body), "--connections", str(connections),
-                        "--seconds", str(seconds)], capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)
+def load(port: int, body: Path, requests: int, connections: int = 64) -> dict:
+    """``requests`` POSTs from ``connections`` keep-alive clients."""
+    r = subprocess.run([str(LOAD_BIN), "--mode", "http", "--target", f"127.0.0.1:{port}", "--input", str(body),
+                        "--concurrency", str(connections), "--requests", str(requests), "--warmup", "5"],
+                       capture_output=True, text=True, check=True)
+    level = json.loads(r.stdout)["levels"][str(connections)]
+    level.pop("latencies_us", None)
+    if level["errors"]:
+        raise RuntimeError(f"{level['errors']} failed requests under load: {level['first_error']}")
+    return level
 
 
 def cpu_seconds(pid: int) -> float:
@@ -99,7 +105,7 @@ def idle_cpu(pids: dict[str, int], seconds: float) -> dict[str, float]:
 
 
 def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int = 3000,
-        load_seconds: int = 10, idle_seconds: float = 10.0) -> tuple[dict, str]:
+        load_requests: int = 40000, idle_seconds: float = 10.0) -> tuple[dict, str]:
     build_tools()
     tok_dir = stack.model_dir  # the real model's tokenizer; the model itself computes nothing
     dim, max_len = NULL_CONFIG["hidden_size"], NULL_CONFIG["max_position_embeddings"]
@@ -108,7 +114,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
     null_dir = null_model_dir()
     sock = tempfile.mktemp(prefix="tulip-", suffix=".sock")
     body = Path(tempfile.mkdtemp(prefix="bench-overhead-")) / "body.json"
-    body.write_text(json.dumps({"input": text}))
+    body.write_text(json.dumps({"path": IVY_PATH, "bodies": [{"input": text}]}))
     tulip = Tulip(null_dir, log_dir=stack.log_dir, threads=1, unix_socket=sock)
     procs = [tulip]
     try:
@@ -147,7 +153,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
 
         idle = idle_cpu({"ivy": ivy_unix.proc.pid, "tulip": tulip.proc.pid}, idle_seconds)
         busy_before = metrics.parse(tulip.metrics())
-        tput = {"ivy (unix socket)": load(f"http://127.0.0.1:{ivy_unix.port}{IVY_PATH}", body, load_seconds)}
+        tput = {"ivy (unix socket)": load(ivy_unix.port, body, load_requests)}
         batches = metrics.batch_means(busy_before, metrics.parse(tulip.metrics()))
         for p in (ivy_tcp, base):
             p.stop()
@@ -158,8 +164,8 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
     for workers, name in ((1, "fastapi, 1 worker"), (len(os.sched_getaffinity(0)), "fastapi, 1 worker per core")):
         server = FastApiBaseline(tok_dir, log_dir=stack.log_dir, dim=dim, max_length=max_len, workers=workers)
         try:
-            load(f"http://127.0.0.1:{server.port}{FastApiBaseline.PATH}", body, 2)  # warm every worker
-            tput[name] = load(f"http://127.0.0.1:{server.port}{FastApiBaseline.PATH}", body, load_seconds)
+            load(server.port, body, 640)  # warm every worker
+            tput[name] = load(server.port, body, load_requests // 4)
         finally:
             server.stop()
 
@@ -188,7 +194,8 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
     data = {
         "params": {"rounds": rounds, "warmup": warmup, "tokens": TOKENS, "batch": 1, "tokenizer": tok_dir,
                    "null_model": NULL_CONFIG, "order": "shuffled every round", "load_connections": 64,
-                   "load_seconds": load_seconds, "idle_seconds": idle_seconds},
+                   "load_requests": {"ivy": load_requests, "fastapi": load_requests // 4},
+                   "idle_seconds": idle_seconds},
         "stats": {k: s.to_dict() for k, s in stats.items()},
         "floor_ms": {"ivy_http_floor_p50": http_floor.p50, "grpc_tcp_p50": floor_grpc["tcp"].p50,
                      "grpc_unix_p50": floor_grpc["unix"].p50, "rose_step_mean": step_ms,
@@ -235,9 +242,9 @@ def _markdown(data, stats, floor, tput, rounds, warmup) -> str:
         ]),
         "\nserved p50 / floor: " + ", ".join(f"{k} **{v}×**" for k, v in data["served_over_floor_p50"].items())
         + " (target ≤ 1.5).\n",
-        "## Throughput, 64 concurrent keep-alive connections (compiled client, `bench/floor` http-load)\n",
-        table(["server", "requests/s", "p50 ms", "p99 ms", "errors"],
-              [[k, round(v["requests_per_s"], 1), v["p50_ms"], v["p99_ms"], v["errors"]] for k, v in tput.items()]),
+        "## Throughput, 64 concurrent keep-alive connections (compiled client, `bench/loadgen`)\n",
+        table(["server", "requests", "requests/s", "p50 ms", "p99 ms"],
+              [[k, v["count"], round(v["requests_per_s"], 1), v["p50"], v["p99"]] for k, v in tput.items()]),
         f"\nIvy / FastAPI one worker **{tr['ivy / fastapi 1 worker']}×** (target ≥ 10); Ivy / FastAPI one "
         f"worker per core **{tr['ivy / fastapi 1 worker per core']}×** (target ≥ 5). Tulip under this load: "
         f"{data['sequences_per_step']} sequences per engine step.\n",
@@ -251,5 +258,5 @@ def _markdown(data, stats, floor, tput, rounds, warmup) -> str:
 
 def options(scale: float) -> dict:
     return {"rounds": scaled(3000, scale, 100), "warmup": scaled(300, scale, 20),
-            "floor_rounds": scaled(3000, scale, 100), "load_seconds": max(2, round(10 * scale)),
+            "floor_rounds": scaled(3000, scale, 100), "load_requests": scaled(40000, scale, 2000),
             "idle_seconds": max(2.0, 10.0 * scale)}
