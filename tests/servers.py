@@ -210,7 +210,8 @@ class Ivy(Process):
         if tulip_urls:
             cmd += ["--tulip", ",".join(tulip_urls)]
         for k, v in flags.items():
-            cmd += [f"--{k.replace('_', '-')}", str(v)]
+            # True is a switch (`--json-output`), anything else a value.
+            cmd += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
         super().__init__(f"ivy-{self.port}", cmd, env, log_dir)
         if wait_ready:
             self.wait_until(lambda: self.get("/ready")[0] == 200, timeout, "ready")

@@ -69,6 +69,19 @@ class _Parser(argparse.ArgumentParser):
         self.add_argument(name, type=type, default=default, help=f"{help} [env {env}, default {default}]", **kw)
 
 
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line, with the fields the Rust side writes."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        out = {"timestamp": self.formatTime(record), "level": record.levelname, "target": record.name,
+               "fields": {"message": record.getMessage()}}
+        if record.exc_info:
+            out["fields"]["error"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
 def _bool(s: str) -> bool:
     if s.lower() in ("1", "true", "yes", "on"):
         return True
@@ -116,6 +129,8 @@ def parser() -> argparse.ArgumentParser:
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
+    p.flag("--json-output", type=_bool, default=False,
+           help="logs as one JSON object per line (the launcher's and the server's)")
     return p
 
 
@@ -124,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     level = args.log.split(",")[0].split("=")[-1].upper()
     logging.basicConfig(level=getattr(logging, level, logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.json_output:
+        logging.getLogger().handlers[0].setFormatter(_JsonFormatter())
     log = logging.getLogger("tulip")
 
     model = args.model or default_model_dir()
@@ -197,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             inline_steps=args.inline_steps,
             unix_socket=args.unix_socket or None,
             io_threads=args.io_threads,
+            json_output=args.json_output,
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

@@ -135,6 +135,16 @@ pub struct Config {
     #[arg(long, env = "IVY_BUSY_POLL_US", default_value_t = 0)]
     pub busy_poll_us: u64,
 
+    /// Logs as one JSON object per line (request id, route, status, timings;
+    /// never request bodies or the API key).
+    #[arg(long, env = "IVY_JSON_OUTPUT")]
+    pub json_output: bool,
+
+    /// Origins browsers may call Ivy from (comma-separated; `*` for any).
+    /// Off by default: no CORS headers at all.
+    #[arg(long, env = "IVY_CORS_ALLOW_ORIGIN", value_delimiter = ',')]
+    pub cors_allow_origin: Vec<String>,
+
     /// Log filter (tracing syntax, e.g. "info" or "ivy=debug").
     #[arg(long, env = "IVY_LOG", default_value = "info")]
     pub log: String,

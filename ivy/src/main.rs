@@ -48,11 +48,19 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if config.json_output {
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     let runtime = match runtime(config.io_threads) {
         Ok(rt) => rt,
         Err(e) => {

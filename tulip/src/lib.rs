@@ -35,6 +35,7 @@ use crate::config::ServeConfig;
     max_batch_tokens = 16384, max_batch_sequences = 64, max_request_sequences = 2048,
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
+    json_output = false,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
@@ -55,8 +56,9 @@ fn serve(
     inline_steps: bool,
     unix_socket: Option<String>,
     io_threads: usize,
+    json_output: bool,
 ) -> PyResult<()> {
-    init_logging(&log);
+    init_logging(&log, json_output);
     if !(drain_timeout.is_finite() && drain_timeout >= 0.0) {
         return Err(PyValueError::new_err(
             "drain_timeout must be a non-negative number of seconds",
@@ -105,15 +107,22 @@ fn bind_cuda_device(device: &str) {
     }
 }
 
-fn init_logging(filter: &str) {
+fn init_logging(filter: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // A second serve() in the same process keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    // A second serve() in the same process keeps the first subscriber.
+    let _ = if json {
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init()
+    };
 }
 
 #[pymodule]

@@ -12,11 +12,12 @@ mod tei;
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::Instrument;
 
 use self::respond::{endpoint_label, Api};
@@ -41,11 +42,41 @@ pub fn router(state: AppState) -> Router {
         .route(PUBLIC_PATHS[0], get(ops::health))
         .route(PUBLIC_PATHS[1], get(ops::ready))
         .route(PUBLIC_PATHS[2], get(ops::metrics));
-    guarded
+    let cors = cors(&state.config.cors_allow_origin);
+    let router = guarded
         .merge(public)
         .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn(request_id))
-        .with_state(state)
+        .with_state(state);
+    // Outermost, so a browser's preflight is answered before the API key
+    // (which a preflight never carries) is checked.
+    match cors {
+        Some(layer) => router.layer(layer),
+        None => router,
+    }
+}
+
+/// CORS for the configured origins (`*` = any); none configured, no layer.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::AUTHORIZATION,
+                HeaderName::from_static(HEADER),
+            ])
+            .expose_headers([HeaderName::from_static(HEADER)]),
+    )
 }
 
 /// Gives every request an id (the caller's `x-request-id` or a new one),
