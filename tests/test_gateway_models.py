@@ -152,3 +152,32 @@ def test_reranker_info_and_refusals(reranker):
     assert status == 424 and body["error_type"] == "Backend"
     status, body = ivy.post_json("/rerank", {"query": "", "texts": ["t"]})
     assert status == 413 and "`query` is an empty string" in body["error"]
+
+
+def test_cohere_shaped_rerank(reranker):
+    """/v1/rerank (and /rerank given `documents`) in the Cohere/Jina shape:
+    results best first with relevance_score, top_n, return_documents,
+    {text} documents, usage, and OpenAI-shaped errors."""
+    ivy, tulip, model = reranker
+    pairs = [e.ids for e in hf_tokenizer(model).encode_batch([(QUERY, t) for t in TEXTS])]
+    with tulip.client() as c:
+        want = c.embed(pairs, kind="score").values[:, 0]
+    order = [int(i) for i in np.argsort(-want, kind="stable")]
+    status, body = ivy.post_json("/v1/rerank", {"query": QUERY, "documents": TEXTS, "top_n": 2,
+                                                "return_documents": True})
+    assert status == 200, body
+    assert [r["index"] for r in body["results"]] == order[:2]
+    for r in body["results"]:
+        assert np.isclose(r["relevance_score"], want[r["index"]], atol=1e-5)
+        assert r["document"] == {"text": TEXTS[r["index"]]}
+    assert body["usage"]["total_tokens"] == sum(len(p) for p in pairs)
+    status, body = ivy.post_json("/rerank", {"query": QUERY, "documents": [{"text": t} for t in TEXTS]})
+    assert status == 200, body
+    assert [r["index"] for r in body["results"]] == order
+    assert all("document" not in r for r in body["results"])
+    status, body = ivy.post_json("/v1/rerank", {"model": "another-model", "query": QUERY, "documents": TEXTS})
+    assert status == 404 and body["error"]["code"] == "model_not_found"
+    for bad in ({"query": QUERY, "documents": [1]}, {"query": QUERY, "documents": TEXTS, "top_n": 0},
+                {"query": QUERY, "documents": "one string"}):
+        status, body = ivy.post_json("/v1/rerank", bad)
+        assert status == 422 and body["error"]["param"] in ("documents", "top_n"), body

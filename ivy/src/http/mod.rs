@@ -2,6 +2,7 @@
 //! API key, body limit). Handlers parse into a pipeline job and render.
 
 mod body;
+mod cohere;
 mod fields;
 mod openai;
 mod openapi;
@@ -30,6 +31,7 @@ pub fn router(state: AppState) -> Router {
     let guarded = Router::new()
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models))
+        .route("/v1/rerank", post(openai::rerank))
         .route("/embed", post(tei::embed))
         .route("/embed_sparse", post(tei::embed_sparse))
         .route("/embed_all", post(tei::embed_all))

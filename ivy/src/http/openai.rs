@@ -58,9 +58,28 @@ pub async fn embeddings(
     finish(&state, Api::OpenAi, "embeddings", result)
 }
 
+/// `POST /v1/rerank`: the Cohere/Jina shape (see `cohere.rs`), with
+/// OpenAI-shaped errors like every `/v1` route.
+pub async fn rerank(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let obj = fields::object(
+            json_body(&headers, body, state.config.max_body_bytes)?,
+            "query",
+        )?;
+        super::cohere::rerank(&state, obj, started).await
+    }
+    .await;
+    finish(&state, Api::OpenAi, "rerank", result)
+}
+
 /// The model a request names, which must be one this gateway serves (a
 /// misrouted client fails loudly); without one, the first served name.
-fn served_model(state: &AppState, obj: &Object) -> Result<String, ApiError> {
+pub fn served_model(state: &AppState, obj: &Object) -> Result<String, ApiError> {
     let names = state.served_names();
     match fields::opt_string(obj, "model")? {
         None => Ok(names.into_iter().next().unwrap_or_default()),

@@ -92,6 +92,8 @@ pub fn document(config: &Config) -> Value {
             "/v1/models": { "get": operation("Served model names (OpenAI)", None,
                 ok("OpenAiModelList", "The names this gateway serves the model under"),
                 errors("OpenAiError", &[OPENAI_ERRORS[1], OPENAI_ERRORS[9]])) },
+            "/v1/rerank": { "post": operation("Rerank documents against a query (Cohere/Jina shape)", Some("CohereRerankRequest"),
+                ok("CohereRerankResponse", "Documents best first"), errors("OpenAiError", &OPENAI_ERRORS)) },
             "/embed": { "post": operation("Dense embeddings (TEI)", Some("EmbedRequest"),
                 ok("EmbedResponse", "One vector per input"), tei_embed()) },
             "/embed_sparse": { "post": operation("Sparse lexical weights (TEI)", Some("EmbedSparseRequest"),
@@ -158,6 +160,19 @@ fn schemas() -> Value {
             "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
         }},
+        "CohereRerankRequest": { "type": "object", "required": ["query", "documents"], "properties": {
+            "model": { "type": "string" }, "query": { "type": "string" },
+            "documents": { "type": "array", "minItems": 1, "items": { "oneOf": [
+                { "type": "string" },
+                { "type": "object", "required": ["text"], "properties": { "text": { "type": "string" } } } ] } },
+            "top_n": { "type": "integer", "minimum": 1 }, "return_documents": { "type": "boolean" },
+            "truncate": { "type": "boolean" }, "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] } } },
+        "CohereRerankResponse": { "type": "object", "required": ["id", "model", "results", "usage"], "properties": {
+            "id": { "type": "string" }, "model": { "type": "string" },
+            "results": { "type": "array", "items": { "type": "object", "required": ["index", "relevance_score"], "properties": {
+                "index": { "type": "integer" }, "relevance_score": { "type": "number" },
+                "document": { "type": "object", "required": ["text"], "properties": { "text": { "type": "string" } } } } } },
+            "usage": { "type": "object", "required": ["total_tokens"], "properties": { "total_tokens": { "type": "integer" } } } } },
         "OpenAiModelList": { "type": "object", "required": ["object", "data"], "properties": {
             "object": { "const": "list" },
             "data": { "type": "array", "items": { "type": "object", "required": ["id", "object", "created", "owned_by"],

@@ -116,6 +116,10 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
     let started = Instant::now();
     let result = async {
         let obj = read(&state, &headers, body)?;
+        if obj.contains_key("documents") {
+            // The Cohere/Jina body, as /v1/rerank takes it.
+            return super::cohere::rerank(&state, obj, started).await;
+        }
         let query = fields::string(&obj, "query")?;
         let texts = match obj.get("texts") {
             Some(serde_json::Value::String(_)) => {
