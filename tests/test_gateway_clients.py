@@ -28,6 +28,25 @@ def hf_client(ivy_minilm):
     patch.undo()
 
 
+def test_sentence_similarity(ivy_minilm, st_minilm):
+    """InferenceClient.sentence_similarity against TEI's /similarity."""
+    hub = pytest.importorskip("huggingface_hub")
+    patch = pytest.MonkeyPatch()
+    patch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
+    try:
+        client = hub.InferenceClient(model=f"{ivy_minilm.url}/similarity")
+        others = ["A feline rested on the rug.", "Stock markets fell sharply today.", TEXTS[0]]
+        got = client.sentence_similarity(TEXTS[0], other_sentences=others)
+    finally:
+        patch.undo()
+    ref = st_minilm.encode([TEXTS[0], *others], normalize_embeddings=True)
+    want = ref[1:] @ ref[0]
+    assert np.allclose(got, want, atol=2e-3)
+    assert got[2] == pytest.approx(1.0, abs=1e-4) and got[0] > got[1]
+    status, body = ivy_minilm.post_json("/similarity", {"inputs": {"source_sentence": "x"}})
+    assert status == 422 and "sentences" in body["error"]
+
+
 def test_feature_extraction(hf_client, st_minilm):
     got = hf_client.feature_extraction(TEXTS[0])
     ref = st_minilm.encode([TEXTS[0]], normalize_embeddings=True)

@@ -112,6 +112,7 @@ ROUTES = {
     "/v1/embeddings": "post", "/embed": "post", "/embed_sparse": "post", "/embed_all": "post",
     "/rerank": "post", "/tokenize": "post", "/info": "get", "/health": "get", "/ready": "get",
     "/metrics": "get", "/openapi.json": "get", "/v1/models": "get", "/v1/rerank": "post",
+    "/similarity": "post",
 }
 
 

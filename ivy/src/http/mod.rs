@@ -36,6 +36,7 @@ pub fn router(state: AppState) -> Router {
         .route("/embed_sparse", post(tei::embed_sparse))
         .route("/embed_all", post(tei::embed_all))
         .route("/rerank", post(tei::rerank))
+        .route("/similarity", post(tei::similarity))
         .route("/tokenize", post(tei::tokenize))
         .route("/info", get(ops::info))
         .route("/openapi.json", get(ops::openapi))

@@ -102,6 +102,8 @@ pub fn document(config: &Config) -> Value {
                 ok("EmbedAllResponse", "Vectors per input"), tei_embed()) },
             "/rerank": { "post": operation("Rerank texts against a query (TEI)", Some("RerankRequest"),
                 ok("RerankResponse", "Texts best first"), tei_embed()) },
+            "/similarity": { "post": operation("Cosine similarity of a sentence to others (TEI)", Some("SimilarityRequest"),
+                ok("SimilarityResponse", "One similarity per sentence, in order"), tei_embed()) },
             "/tokenize": { "post": operation("Tokenize (TEI)", Some("TokenizeRequest"),
                 ok("TokenizeResponse", "Tokens per input"),
                 tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
@@ -160,6 +162,13 @@ fn schemas() -> Value {
             "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
         }},
+        "SimilarityRequest": { "type": "object", "required": ["inputs"], "properties": {
+            "inputs": { "type": "object", "required": ["source_sentence", "sentences"], "properties": {
+                "source_sentence": { "type": "string" },
+                "sentences": { "type": "array", "minItems": 1, "items": { "type": "string" } } } },
+            "truncate": { "type": "boolean" }, "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
+            "prompt_name": { "type": "string" }, "parameters": { "type": "object" } } },
+        "SimilarityResponse": { "type": "array", "items": { "type": "number" } },
         "CohereRerankRequest": { "type": "object", "required": ["query", "documents"], "properties": {
             "model": { "type": "string" }, "query": { "type": "string" },
             "documents": { "type": "array", "minItems": 1, "items": { "oneOf": [

@@ -42,8 +42,9 @@ impl Api {
 
 /// A bounded metric label for a matched route.
 pub fn endpoint_label(path: &str) -> &'static str {
-    const KNOWN: [&str; 12] = [
+    const KNOWN: [&str; 13] = [
         "embeddings",
+        "similarity",
         "models",
         "embed",
         "embed_sparse",

@@ -112,6 +112,50 @@ async fn embedding(
     finish(&state, Api::Tei, endpoint, result)
 }
 
+/// `POST /similarity`: the cosine similarity of `inputs.source_sentence`
+/// to each of `inputs.sentences`, in order (TEI's and the Hub's
+/// sentence-similarity task).
+pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let obj = read(&state, &headers, body)?;
+        let inputs = match obj.get("inputs") {
+            Some(serde_json::Value::Object(o)) => o,
+            _ => {
+                return Err(ApiError::schema(
+                    "inputs",
+                    "`inputs` must be an object with `source_sentence` and `sentences`",
+                ))
+            }
+        };
+        let source = fields::string(inputs, "source_sentence")?;
+        let sentences = fields::strings(inputs, "sentences")?;
+        let mut options = common_options(&obj)?;
+        options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
+        options.normalize = Some(true);
+        let job = Job {
+            kind: Kind::Dense,
+            inputs: Inputs::Texts([vec![source], sentences].concat()),
+            options,
+        };
+        let out = pipeline::run(&state, job, state.deadline()).await?;
+        let floats = |i: usize| {
+            out.row(i)
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect::<Vec<f32>>()
+        };
+        let source = floats(0);
+        // The rows are L2-normalised: the dot product is the cosine.
+        let scores: Vec<f32> = (1..out.sequences)
+            .map(|i| floats(i).iter().zip(&source).map(|(a, b)| a * b).sum())
+            .collect();
+        Ok(json_timed(to_json(&scores)?, &out, started))
+    }
+    .await;
+    finish(&state, Api::Tei, "similarity", result)
+}
+
 pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
