@@ -145,6 +145,10 @@ mod tests {
             multi_vector_dimension: 0,
             dtype: "float32".into(),
             device: "cpu".into(),
+            tokenizer_json: Default::default(),
+            tokenizer_sha256: String::new(),
+            prompts: Default::default(),
+            default_prompt_name: String::new(),
         }
     }
 
