@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import pytest
 
 from tests.servers import Ivy, Tulip
 

@@ -10,7 +10,6 @@ import json
 import shutil
 
 import numpy as np
-import pytest
 from tokenizers import Tokenizer
 
 from tests.conftest import corpus_lines

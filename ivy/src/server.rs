@@ -56,7 +56,9 @@ pub async fn run(config: Config) -> Result<(), String> {
         chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(), "ivy listening"
     );
     let spinner = crate::spin::Spinner::new(std::time::Duration::from_micros(config.busy_poll_us));
-    tokio::spawn(Arc::clone(&spinner).run());
+    if config.busy_poll_us > 0 {
+        tokio::spawn(Arc::clone(&spinner).run());
+    }
     let state = Arc::new(Gateway {
         admission: Admission::new(config.max_concurrent_requests),
         policy: balancer::policy(config.balance),

@@ -3,8 +3,9 @@
 //! finishes steps). One mutex, one condition variable; nobody holds the lock
 //! while calling Python or waiting on the GPU.
 //!
-//! A request that finds the engine idle (nothing queued, nothing in flight)
-//! is not queued: its gRPC task takes the slot and runs the step itself,
+//! A small request that arrives alone and finds the engine idle (nothing
+//! queued, nothing in flight) is not queued: its gRPC task takes the slot
+//! and runs the step itself,
 //! which saves the two thread wake-ups of a hand-off to the scheduler and
 //! back. Everything else queues, so concurrent requests still share steps.
 
@@ -116,6 +117,9 @@ pub struct Pool {
     pub inline_steps: bool,
 }
 
+/// The most tokens a request may have to run inline.
+const INLINE_MAX_TOKENS: usize = 512;
+
 /// How a submitted request will run.
 pub enum Submitted {
     /// Queued for the scheduler thread.
@@ -156,9 +160,9 @@ impl Pool {
     }
 
     /// Adds every sequence of a request, in order, or hands the whole
-    /// request back as one batch to run inline when it is `alone` (no other
-    /// request is being served, so there is nothing to batch it with), the
-    /// engine is idle and the request fits in one step.
+    /// request back as one batch to run inline when the caller found it
+    /// `alone` (an inline candidate with no other request being served, so
+    /// nothing to batch it with) and the engine is idle.
     pub fn submit(&self, request: Arc<Request>, alone: bool) -> Result<Submitted, TulipError> {
         let mut s = self.lock();
         if s.shutdown {
@@ -168,12 +172,7 @@ impl Pool {
             request: Arc::clone(&request),
             index,
         });
-        if alone
-            && self.inline_steps
-            && s.queue.is_empty()
-            && s.inflight == 0
-            && self.fits(&request)
-        {
+        if alone && s.queue.is_empty() && s.inflight == 0 {
             s.inflight += 1;
             let releases = std::mem::take(&mut s.releases);
             return Ok(Submitted::Inline(seqs.collect(), releases));
@@ -184,10 +183,14 @@ impl Pool {
         Ok(Submitted::Queued)
     }
 
-    /// Whether a request makes one step by itself.
-    fn fits(&self, request: &Request) -> bool {
-        request.num_sequences() <= self.max_batch_sequences
-            && request.token_ids.len() <= self.max_batch_tokens
+    /// Whether a request may run inline at all: inline steps are on and it
+    /// makes one small step by itself. Larger requests always go through
+    /// the scheduler thread: their step dwarfs a hand-off, and an inline
+    /// step holds an I/O thread.
+    pub fn inline_candidate(&self, request: &Request) -> bool {
+        self.inline_steps
+            && request.num_sequences() <= self.max_batch_sequences
+            && request.token_ids.len() <= self.max_batch_tokens.min(INLINE_MAX_TOKENS)
     }
 
     /// Blocks until there is work for the scheduler: a batch it may launch
@@ -353,12 +356,20 @@ mod tests {
         let pool = Pool::new(4, 8, 1, true);
         let (a, _ra) = request(Kind::Dense, &[2]);
         assert!(matches!(pool.submit(a, false).unwrap(), Submitted::Queued));
+        // As the service calls it: alone only if an inline candidate.
+        let submit_alone = |pool: &Pool, r: Arc<Request>| {
+            let alone = pool.inline_candidate(&r);
+            pool.submit(r, alone).unwrap()
+        };
         let pool = Pool::new(4, 8, 1, true);
         let (big, _rb) = request(Kind::Dense, &[3, 3]);
-        assert!(matches!(pool.submit(big, true).unwrap(), Submitted::Queued));
+        assert!(matches!(submit_alone(&pool, big), Submitted::Queued));
+        let pool = Pool::new(4096, 8, 1, true);
+        let (long, _rl) = request(Kind::Dense, &[600]);
+        assert!(matches!(submit_alone(&pool, long), Submitted::Queued));
         let off = Pool::new(100, 8, 1, false);
         let (c, _rc) = request(Kind::Dense, &[2]);
-        assert!(matches!(off.submit(c, true).unwrap(), Submitted::Queued));
+        assert!(matches!(submit_alone(&off, c), Submitted::Queued));
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! and fewer than `max_inflight` steps are running, so batch N+1 is built
 //! and launched while batch N is still on the device.
 //!
-//! `launch` is also how a gRPC task runs a request inline when the engine
-//! was idle (see `queue::Submitted::Inline`); that task calls it inside
-//! `block_in_place`, so attaching there never stalls the async reactor.
+//! `launch` is also how a gRPC task runs a lone request inline when the
+//! engine was idle (see `queue::Submitted::Inline`): that task holds its I/O
+//! thread for one small step while the runtime's other threads serve I/O.
 
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use crate::queue::{InFlight, Pool, SeqRef, Work};
 
 /// Where a launched step's rows are read.
 pub enum Delivery<'a> {
-    /// On the launching thread (an inline request; always on the CPU).
+    /// On the launching thread (an inline request waits for its own rows).
     Here,
     /// On the completion thread, so the scheduler can launch the next batch.
     Completion(&'a Sender<InFlight>),

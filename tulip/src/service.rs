@@ -42,10 +42,6 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
-/// Larger requests always go through the scheduler thread: their step
-/// dwarfs a hand-off, and an inline step holds an I/O thread.
-const INLINE_MAX_TOKENS: usize = 512;
-
 impl TulipService {
     /// Whether this is the only request in Tulip. Requests that arrived in
     /// the same read as this one may not have started yet: yielding once
@@ -67,7 +63,7 @@ impl TulipService {
         let (tx, rx) = oneshot::channel();
         let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
         // Under concurrent load requests queue, so that they share steps.
-        let alone = req.token_ids.len() <= INLINE_MAX_TOKENS && self.alone().await;
+        let alone = self.pool.inline_candidate(&req) && self.alone().await;
         if let Submitted::Inline(seqs, releases) = self.pool.submit(Arc::new(req), alone)? {
             // Alone and the engine idle: run the step on this thread, which
             // saves the two thread wake-ups of a hand-off to the scheduler

@@ -20,12 +20,12 @@ use crate::state::AppState;
 struct Body<'a> {
     id: String,
     model: &'a str,
-    results: Vec<Result_>,
+    results: Vec<Ranked>,
     usage: Usage,
 }
 
 #[derive(Serialize)]
-struct Result_ {
+struct Ranked {
     index: usize,
     relevance_score: f32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,7 +72,7 @@ pub async fn rerank(
         .ranks(echo)?
         .into_iter()
         .take(top_n)
-        .map(|r| Result_ {
+        .map(|r| Ranked {
             index: r.index,
             relevance_score: r.score,
             document: r.text.map(|text| Document { text }),

@@ -34,10 +34,7 @@ pub async fn embeddings(
 ) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = fields::object(
-            json_body(&headers, body, state.config.max_body_bytes)?,
-            "input",
-        )?;
+        let obj = read(&state, &headers, body, "input")?;
         let format = format(&obj)?;
         let model = served_model(&state, &obj)?;
         let job = Job {
@@ -67,14 +64,24 @@ pub async fn rerank(
 ) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = fields::object(
-            json_body(&headers, body, state.config.max_body_bytes)?,
-            "query",
-        )?;
+        let obj = read(&state, &headers, body, "query")?;
         super::cohere::rerank(&state, obj, started).await
     }
     .await;
     finish(&state, Api::OpenAi, "rerank", result)
+}
+
+/// The request's JSON object (`required` names the field a non-object lacks).
+fn read(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    required: &'static str,
+) -> Result<Object, ApiError> {
+    fields::object(
+        json_body(headers, body, state.config.max_body_bytes)?,
+        required,
+    )
 }
 
 /// The model a request names, which must be one this gateway serves (a
