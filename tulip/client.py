@@ -29,6 +29,7 @@ import numpy as np
 PROTO_ROOT = Path(__file__).resolve().parents[1] / "proto"
 
 KINDS = {"dense": 1, "sparse": 2, "multi_vector": 3, "score": 4}
+PRIORITIES = {"unspecified": 0, "interactive": 1, "batch": 2}
 
 
 def _cache_dir() -> Path:
@@ -194,14 +195,16 @@ class TulipClient:
         return self.stub.Info(self.pb2.InfoRequest(), timeout=self.timeout)
 
     def request(self, sequences: list[list[int]], kind: str = "dense", normalize: bool | None = None,
-                dimensions: int = 0, raw_scores: bool = False):
-        """The EmbedRequest message for these sequences."""
+                dimensions: int = 0, raw_scores: bool = False, priority: str | int = "unspecified"):
+        """The EmbedRequest message for these sequences (``priority`` by name,
+        or a raw number to test what the server does with unknown values)."""
         req = self.pb2.EmbedRequest(
             token_ids=[t for s in sequences for t in s],
             lengths=[len(s) for s in sequences],
             kind=KINDS[kind],
             dimensions=dimensions,
             raw_scores=raw_scores,
+            priority=PRIORITIES[priority] if isinstance(priority, str) else priority,
         )
         if normalize is not None:
             req.normalize = normalize

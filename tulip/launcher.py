@@ -115,6 +115,16 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--inline-steps", type=_bool, default=True,
            help="a request that finds the engine idle runs its step on its own thread "
                 "instead of waking the scheduler thread (off = always queue)")
+    p.flag("--priority", type=_bool, default=True,
+           help="interactive requests (Ivy decides: the request's priority, else its size) go ahead "
+                "of batch work in every step (off = one first-come-first-served queue)")
+    p.flag("--batch-max-wait-ms", type=int, default=500,
+           help="batch work that has waited this long without a step takes the next one first, "
+                "so it is never starved")
+    p.flag("--batch-step-tokens", type=int, default=0,
+           help="while interactive requests are arriving (one within the last second), steps "
+                "carrying batch work take at most this many tokens, so a query waits for a shorter "
+                "step (0 = the full --max-batch-tokens)")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=_bool, default=True,
@@ -215,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
             unix_socket=args.unix_socket or None,
             io_threads=args.io_threads,
             json_output=args.json_output,
+            priority=args.priority,
+            batch_max_wait_ms=args.batch_max_wait_ms,
+            batch_step_tokens=args.batch_step_tokens,
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

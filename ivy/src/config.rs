@@ -99,6 +99,18 @@ pub struct Config {
     #[arg(long, env = "IVY_CHUNKS_PER_REPLICA", default_value_t = 2)]
     pub chunks_per_replica: usize,
 
+    /// A request that does not name its priority is interactive when it has
+    /// at most this many tokens, else batch. Replicas run interactive work
+    /// first; batch work (indexing) is delayed, never starved.
+    #[arg(long, env = "IVY_INTERACTIVE_MAX_TOKENS", default_value_t = 512)]
+    pub interactive_max_tokens: usize,
+
+    /// Most chunks of batch requests (all of them together) in flight on
+    /// one replica (0 = no bound). Indexing clients then cannot fill every
+    /// replica's queue, and a query is balanced to a replica with room.
+    #[arg(long, env = "IVY_BATCH_CHUNKS_PER_REPLICA", default_value_t = 4)]
+    pub batch_chunks_per_replica: usize,
+
     /// Attempts per chunk: a chunk whose replica fails is retried on another
     /// one, up to this many attempts in all, within the request's timeout.
     #[arg(long, env = "IVY_MAX_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]

@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
-use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
+use crate::pipeline::{self, Inputs, Job, Kind, Options, Output, Priority};
 use crate::replicas::no_replica;
 use crate::request_id::{RequestId, HEADER};
 use crate::state::AppState;
@@ -130,6 +130,18 @@ fn direction(d: i32) -> Direction {
     }
 }
 
+fn priority(p: i32) -> Result<Option<Priority>, ApiError> {
+    match pb::Priority::try_from(p) {
+        Ok(pb::Priority::Unspecified) => Ok(None),
+        Ok(pb::Priority::Interactive) => Ok(Some(Priority::Interactive)),
+        Ok(pb::Priority::Batch) => Ok(Some(Priority::Batch)),
+        Err(_) => Err(ApiError::schema(
+            "priority",
+            format!("unknown priority {p}; use PRIORITY_INTERACTIVE or PRIORITY_BATCH"),
+        )),
+    }
+}
+
 fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
     let us = |d: Duration| d.as_micros() as u64;
     Some(pb::Timing {
@@ -157,6 +169,7 @@ async fn embed_job(
         normalize: dense.then(|| r.normalize.unwrap_or(true)),
         prompt_name: r.prompt_name,
         raw_scores: false,
+        priority: priority(r.priority)?,
     };
     pipeline::run(
         state,
@@ -250,6 +263,7 @@ impl Ivy for IvyService {
                 truncate: r.truncate,
                 direction: direction(r.truncation_direction),
                 raw_scores: r.raw_scores,
+                priority: priority(r.priority)?,
                 ..Options::default()
             };
             let job = Job {

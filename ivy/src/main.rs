@@ -5,6 +5,7 @@
 
 mod auth;
 mod balancer;
+mod batch_slots;
 mod config;
 mod discovery;
 mod error;

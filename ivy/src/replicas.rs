@@ -1,7 +1,7 @@
 //! Tulip replicas: one gRPC channel each, their health, their load (tokens in
 //! flight from this Ivy) and the set Ivy routes to now.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -88,6 +88,8 @@ pub struct Replica {
     tokens_done: AtomicU64,
     chunks_done: AtomicU64,
     failures: AtomicU64,
+    /// Chunks of batch-priority requests in flight here (`batch_slots.rs`).
+    pub(crate) batch_chunks: AtomicUsize,
     /// Bumped when the replica stops answering health checks: attempts in
     /// flight on it give up and retry elsewhere instead of hanging.
     lost: watch::Sender<u64>,
@@ -125,6 +127,7 @@ impl Replica {
             tokens_done: AtomicU64::new(0),
             chunks_done: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            batch_chunks: AtomicUsize::new(0),
             lost: watch::Sender::new(0),
             info: RwLock::new(None),
         })

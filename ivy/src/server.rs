@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::auth::ApiKey;
+use crate::batch_slots::BatchSlots;
 use crate::config::Config;
 use crate::discovery::{self, Source};
 use crate::limits::Admission;
@@ -62,6 +63,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     let state = Arc::new(Gateway {
         admission: Admission::new(config.max_concurrent_requests),
         policy: balancer::policy(config.balance),
+        batch_slots: BatchSlots::new(config.batch_chunks_per_replica),
         api_key: ApiKey::new(config.api_key.clone()),
         replicas,
         templates,

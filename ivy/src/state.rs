@@ -23,6 +23,7 @@ pub struct Gateway {
     pub admission: Admission,
     pub metrics: Arc<Metrics>,
     pub policy: Box<dyn Policy>,
+    pub batch_slots: crate::batch_slots::BatchSlots,
     pub api_key: ApiKey,
     pub spinner: Arc<crate::spin::Spinner>,
     /// Start time (Unix seconds): the `created` of `GET /v1/models`.

@@ -49,7 +49,7 @@ pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
     metrics
         .step_seconds
         .observe(step.launched.elapsed().as_secs_f64());
-    pool.finish_step(Some(step.output));
+    pool.finish_step(&step.seqs, Some(step.output));
     metrics.inflight_steps.set(pool.inflight() as i64);
 }
 

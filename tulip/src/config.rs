@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::priority;
+
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub host: String,
@@ -26,6 +28,7 @@ pub struct ServeConfig {
     pub unix_socket: Option<String>,
     /// Threads of the gRPC runtime (0 = one per core).
     pub io_threads: usize,
+    pub priority: priority::Settings,
 }
 
 impl ServeConfig {

@@ -10,6 +10,7 @@ mod error;
 mod metrics;
 mod metrics_http;
 mod output;
+mod priority;
 mod queue;
 mod scheduler;
 mod server;
@@ -35,7 +36,7 @@ use crate::config::ServeConfig;
     max_batch_tokens = 16384, max_batch_sequences = 64, max_request_sequences = 2048,
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
-    json_output = false,
+    json_output = false, priority = true, batch_max_wait_ms = 500, batch_step_tokens = 0,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
@@ -57,6 +58,9 @@ fn serve(
     unix_socket: Option<String>,
     io_threads: usize,
     json_output: bool,
+    priority: bool,
+    batch_max_wait_ms: u64,
+    batch_step_tokens: usize,
 ) -> PyResult<()> {
     init_logging(&log, json_output);
     if !(drain_timeout.is_finite() && drain_timeout >= 0.0) {
@@ -77,6 +81,11 @@ fn serve(
         inline_steps,
         unix_socket,
         io_threads,
+        priority: priority::Settings {
+            enabled: priority,
+            batch_max_wait: Duration::from_millis(batch_max_wait_ms),
+            batch_step_tokens,
+        },
     };
     server::serve(py, engine, batch_type, invalid_batch_error, config)
 }

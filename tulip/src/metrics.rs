@@ -12,6 +12,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use crate::error::TulipError;
+use crate::priority::Class;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Code {
@@ -81,6 +82,18 @@ impl Mode {
     }
 }
 
+impl EncodeLabelValue for Class {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    pub class: Class,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ModeLabel {
     pub mode: Mode,
@@ -105,6 +118,9 @@ pub struct Metrics {
     pub queued_sequences: Gauge,
     pub active_requests: Gauge,
     pub draining: Gauge,
+    pub class_queue_seconds: Family<ClassLabel, Histogram>,
+    pub class_steps: Family<ClassLabel, Counter>,
+    pub class_tokens: Family<ClassLabel, Counter>,
 }
 
 fn latency() -> Histogram {
@@ -137,6 +153,9 @@ impl Metrics {
             queued_sequences: Gauge::default(),
             active_requests: Gauge::default(),
             draining: Gauge::default(),
+            class_queue_seconds: Family::new_with_constructor(latency),
+            class_steps: Family::default(),
+            class_tokens: Family::default(),
             registry: Registry::default(),
         };
         r.register(
@@ -219,6 +238,21 @@ impl Metrics {
             "tulip_draining",
             "1 while the server drains before stopping",
             m.draining.clone(),
+        );
+        r.register(
+            "tulip_class_queue_duration_seconds",
+            "Queue time of answered requests by priority class",
+            m.class_queue_seconds.clone(),
+        );
+        r.register(
+            "tulip_class_steps",
+            "Engine steps carrying sequences of each priority class",
+            m.class_steps.clone(),
+        );
+        r.register(
+            "tulip_class_tokens",
+            "Real tokens processed by priority class",
+            m.class_tokens.clone(),
         );
         Arc::new(Self { registry: r, ..m })
     }

@@ -8,6 +8,10 @@
 //! and runs the step itself,
 //! which saves the two thread wake-ups of a hand-off to the scheduler and
 //! back. Everything else queues, so concurrent requests still share steps.
+//!
+//! Queued sequences wait in one queue per priority class; which queue a
+//! step takes from first, and how many tokens, is `priority::Settings`'
+//! decision.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -19,12 +23,14 @@ use tokio::sync::oneshot;
 use crate::engine::{Kind, LazyOutput};
 use crate::error::TulipError;
 use crate::output::Accumulator;
+use crate::priority::{self, Class, Moment};
 
 pub type Reply = oneshot::Sender<Result<EmbedResponse, TulipError>>;
 
 /// One validated request.
 pub struct Request {
     pub kind: Kind,
+    pub class: Class,
     /// Dense: output dimensions (already resolved, never 0).
     pub dimensions: u32,
     pub normalize: bool,
@@ -98,13 +104,37 @@ pub struct InFlight {
     pub launched: Instant,
 }
 
-#[derive(Default)]
 struct State {
-    queue: VecDeque<SeqRef>,
+    /// By `priority::Settings::queue_index`: interactive, batch.
+    queues: [VecDeque<SeqRef>; 2],
+    /// Since when the batch queue has waited without a step: its last
+    /// step's start or end, or its first arrival into an empty queue.
+    batch_waiting_since: Instant,
+    /// Steps carrying batch work that are running now.
+    batch_steps: usize,
+    last_interactive: Option<Instant>,
     inflight: usize,
     /// Finished outputs whose Python objects the scheduler must release.
     releases: Vec<LazyOutput>,
     shutdown: bool,
+}
+
+impl State {
+    fn new() -> Self {
+        Self {
+            queues: Default::default(),
+            batch_waiting_since: Instant::now(),
+            batch_steps: 0,
+            last_interactive: None,
+            inflight: 0,
+            releases: Vec::new(),
+            shutdown: false,
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
 }
 
 pub struct Pool {
@@ -115,6 +145,7 @@ pub struct Pool {
     pub max_inflight: usize,
     /// Whether a request that finds the engine idle runs on its own thread.
     pub inline_steps: bool,
+    pub priority: priority::Settings,
 }
 
 /// The most tokens a request may have to run inline.
@@ -144,14 +175,16 @@ impl Pool {
         max_batch_sequences: usize,
         max_inflight: usize,
         inline_steps: bool,
+        priority: priority::Settings,
     ) -> Self {
         Self {
-            state: Mutex::default(),
+            state: Mutex::new(State::new()),
             changed: Condvar::new(),
             max_batch_tokens,
             max_batch_sequences,
             max_inflight,
             inline_steps,
+            priority,
         }
     }
 
@@ -172,12 +205,23 @@ impl Pool {
             request: Arc::clone(&request),
             index,
         });
-        if alone && s.queue.is_empty() && s.inflight == 0 {
+        let class = request.class;
+        if class == Class::Interactive {
+            s.last_interactive = Some(request.arrived);
+        }
+        if alone && s.queued() == 0 && s.inflight == 0 {
             s.inflight += 1;
+            if class == Class::Batch {
+                s.batch_steps += 1;
+            }
             let releases = std::mem::take(&mut s.releases);
             return Ok(Submitted::Inline(seqs.collect(), releases));
         }
-        s.queue.extend(seqs);
+        let q = self.priority.queue_index(class);
+        if class == Class::Batch && s.queues[q].is_empty() {
+            s.batch_waiting_since = Instant::now();
+        }
+        s.queues[q].extend(seqs);
         drop(s);
         self.changed.notify_all();
         Ok(Submitted::Queued)
@@ -220,26 +264,45 @@ impl Pool {
         }
     }
 
-    /// First come, first served, up to the token budget and sequence cap.
-    /// A batch holds one output kind; it always takes at least one sequence.
+    /// From the queues in the order the priority plan gives, each first
+    /// come first served, up to its token budget and the sequence cap. A
+    /// batch holds one output kind; it always takes at least one sequence.
     fn take_batch(&self, s: &mut State) -> Vec<SeqRef> {
+        let batch_queue = self.priority.queue_index(Class::Batch);
+        let now = Instant::now();
+        let plan = self.priority.plan(
+            self.max_batch_tokens,
+            &Moment {
+                now,
+                batch_waiting: batch_queue == 1 && !s.queues[1].is_empty() && s.batch_steps == 0,
+                batch_waiting_since: s.batch_waiting_since,
+                last_interactive: s.last_interactive,
+            },
+        );
         let mut batch: Vec<SeqRef> = Vec::new();
         let mut tokens = 0;
-        while let Some(front) = s.queue.front() {
-            if front.request.abandoned() {
-                s.queue.pop_front();
-                continue;
-            }
-            if let Some(first) = batch.first() {
-                if front.request.kind != first.request.kind
-                    || tokens + front.len() > self.max_batch_tokens
-                    || batch.len() >= self.max_batch_sequences
-                {
-                    break;
+        for q in plan.order {
+            let queue = &mut s.queues[q];
+            while let Some(front) = queue.front() {
+                if front.request.abandoned() {
+                    queue.pop_front();
+                    continue;
                 }
+                if let Some(first) = batch.first() {
+                    if front.request.kind != first.request.kind
+                        || tokens + front.len() > plan.budget[q]
+                        || batch.len() >= self.max_batch_sequences
+                    {
+                        break;
+                    }
+                }
+                tokens += front.len();
+                batch.extend(queue.pop_front());
             }
-            tokens += front.len();
-            batch.extend(s.queue.pop_front());
+        }
+        if carries_batch(&batch) {
+            s.batch_waiting_since = now;
+            s.batch_steps += 1;
         }
         batch
     }
@@ -247,11 +310,15 @@ impl Pool {
     /// A step finished (or failed): frees its slot and queues the output
     /// for release with the next step (or the scheduler's next wake-up).
     /// The scheduler is woken only when queued work waits for the slot.
-    pub fn finish_step(&self, output: Option<LazyOutput>) {
+    pub fn finish_step(&self, seqs: &[SeqRef], output: Option<LazyOutput>) {
         let mut s = self.lock();
         s.inflight -= 1;
+        if carries_batch(seqs) {
+            s.batch_steps = s.batch_steps.saturating_sub(1);
+            s.batch_waiting_since = Instant::now();
+        }
         s.releases.extend(output);
-        let waiting = !s.queue.is_empty();
+        let waiting = s.queued() > 0;
         drop(s);
         if waiting {
             self.changed.notify_all();
@@ -268,7 +335,7 @@ impl Pool {
     }
 
     pub fn queued_sequences(&self) -> usize {
-        self.lock().queue.len()
+        self.lock().queued()
     }
 
     /// Stops the scheduler; sequences still queued are failed.
@@ -276,7 +343,7 @@ impl Pool {
         let left: Vec<SeqRef> = {
             let mut s = self.lock();
             s.shutdown = true;
-            s.queue.drain(..).collect()
+            s.queues.iter_mut().flat_map(|q| q.drain(..)).collect()
         };
         self.changed.notify_all();
         for seq in left {
@@ -284,6 +351,10 @@ impl Pool {
                 .fail(TulipError::Unavailable("server is shutting down".into()));
         }
     }
+}
+
+fn carries_batch(seqs: &[SeqRef]) -> bool {
+    seqs.iter().any(|seq| seq.request.class == Class::Batch)
 }
 
 #[cfg(test)]
@@ -297,6 +368,17 @@ mod tests {
         Arc<Request>,
         oneshot::Receiver<Result<EmbedResponse, TulipError>>,
     ) {
+        classed(kind, Class::Interactive, lengths)
+    }
+
+    fn classed(
+        kind: Kind,
+        class: Class,
+        lengths: &[u32],
+    ) -> (
+        Arc<Request>,
+        oneshot::Receiver<Result<EmbedResponse, TulipError>>,
+    ) {
         let (tx, rx) = oneshot::channel();
         let mut offsets = vec![0u32];
         for l in lengths {
@@ -305,6 +387,7 @@ mod tests {
         let n = lengths.len();
         let req = Request {
             kind,
+            class,
             dimensions: 4,
             normalize: true,
             raw_scores: false,
@@ -323,6 +406,10 @@ mod tests {
         (Arc::new(req), rx)
     }
 
+    fn on() -> priority::Settings {
+        priority::Settings::default()
+    }
+
     fn batch(work: Work) -> Vec<SeqRef> {
         match work {
             Work::Batch(seqs, _) => seqs,
@@ -332,7 +419,7 @@ mod tests {
 
     #[test]
     fn a_lone_request_on_an_idle_engine_runs_inline_and_holds_the_slot() {
-        let pool = Pool::new(100, 8, 1, true);
+        let pool = Pool::new(100, 8, 1, true, on());
         let (a, _ra) = request(Kind::Dense, &[3, 2]);
         match pool.submit(a, true).unwrap() {
             Submitted::Inline(seqs, releases) => {
@@ -345,7 +432,7 @@ mod tests {
         // While the inline step runs, the next request queues behind it.
         let (b, _rb) = request(Kind::Dense, &[1]);
         assert!(matches!(pool.submit(b, true).unwrap(), Submitted::Queued));
-        pool.finish_step(None);
+        pool.finish_step(&[], None);
         assert_eq!(pool.inflight(), 0);
         assert_eq!(batch(pool.next_work()).len(), 1);
         assert_eq!(pool.inflight(), 1);
@@ -353,7 +440,7 @@ mod tests {
 
     #[test]
     fn concurrent_or_oversized_requests_queue() {
-        let pool = Pool::new(4, 8, 1, true);
+        let pool = Pool::new(4, 8, 1, true, on());
         let (a, _ra) = request(Kind::Dense, &[2]);
         assert!(matches!(pool.submit(a, false).unwrap(), Submitted::Queued));
         // As the service calls it: alone only if an inline candidate.
@@ -361,20 +448,20 @@ mod tests {
             let alone = pool.inline_candidate(&r);
             pool.submit(r, alone).unwrap()
         };
-        let pool = Pool::new(4, 8, 1, true);
+        let pool = Pool::new(4, 8, 1, true, on());
         let (big, _rb) = request(Kind::Dense, &[3, 3]);
         assert!(matches!(submit_alone(&pool, big), Submitted::Queued));
-        let pool = Pool::new(4096, 8, 1, true);
+        let pool = Pool::new(4096, 8, 1, true, on());
         let (long, _rl) = request(Kind::Dense, &[600]);
         assert!(matches!(submit_alone(&pool, long), Submitted::Queued));
-        let off = Pool::new(100, 8, 1, false);
+        let off = Pool::new(100, 8, 1, false, on());
         let (c, _rc) = request(Kind::Dense, &[2]);
         assert!(matches!(submit_alone(&off, c), Submitted::Queued));
     }
 
     #[test]
     fn batches_respect_the_budget_and_hold_one_output_kind() {
-        let pool = Pool::new(5, 8, 2, false);
+        let pool = Pool::new(5, 8, 2, false, on());
         let (a, _ra) = request(Kind::Dense, &[2, 2]);
         let (b, _rb) = request(Kind::Dense, &[2]);
         let (c, _rc) = request(Kind::Score, &[1]);
@@ -386,14 +473,14 @@ mod tests {
         let second = batch(pool.next_work());
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].request.kind, Kind::Dense);
-        pool.finish_step(None);
+        pool.finish_step(&[], None);
         let third = batch(pool.next_work());
         assert_eq!(third[0].request.kind, Kind::Score);
     }
 
     #[test]
     fn sequences_of_cancelled_requests_are_skipped() {
-        let pool = Pool::new(100, 8, 1, false);
+        let pool = Pool::new(100, 8, 1, false, on());
         let (gone, rx) = request(Kind::Dense, &[2, 2]);
         let (kept, _rk) = request(Kind::Dense, &[3]);
         pool.submit(gone, false).unwrap();
@@ -406,7 +493,7 @@ mod tests {
 
     #[test]
     fn shutdown_fails_queued_requests_and_refuses_new_ones() {
-        let pool = Pool::new(100, 8, 1, false);
+        let pool = Pool::new(100, 8, 1, false, on());
         let (a, _ra) = request(Kind::Dense, &[2]);
         pool.submit(a, false).unwrap();
         let running = batch(pool.next_work());
@@ -421,8 +508,82 @@ mod tests {
         ));
         // The step still in flight finishes and frees its slot.
         drop(running);
-        pool.finish_step(None);
+        pool.finish_step(&[], None);
         assert_eq!(pool.inflight(), 0);
         assert!(matches!(pool.next_work(), Work::Stop(_)));
+    }
+
+    fn lengths(seqs: &[SeqRef]) -> Vec<usize> {
+        seqs.iter().map(SeqRef::len).collect()
+    }
+
+    #[test]
+    fn interactive_sequences_go_first_and_batch_work_fills_the_step() {
+        let pool = Pool::new(10, 8, 1, false, on());
+        let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+        let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[1]);
+        pool.submit(b, false).unwrap();
+        pool.submit(i, false).unwrap();
+        let first = batch(pool.next_work());
+        assert_eq!(first[0].request.class, Class::Interactive);
+        assert_eq!(lengths(&first), vec![1, 4, 4]);
+    }
+
+    #[test]
+    fn with_priorities_off_arrival_order_decides() {
+        let off = priority::Settings {
+            enabled: false,
+            ..on()
+        };
+        let pool = Pool::new(10, 8, 1, false, off);
+        let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+        let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[1]);
+        pool.submit(b, false).unwrap();
+        pool.submit(i, false).unwrap();
+        assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
+        pool.finish_step(&[], None);
+        assert_eq!(lengths(&batch(pool.next_work())), vec![4, 1]);
+    }
+
+    #[test]
+    fn starved_batch_work_takes_the_next_step_first() {
+        let settings = priority::Settings {
+            batch_max_wait: Duration::from_millis(200),
+            ..on()
+        };
+        let pool = Pool::new(4, 8, 1, false, settings);
+        let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4]);
+        pool.submit(b, false).unwrap();
+        let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[4, 4]);
+        pool.submit(i, false).unwrap();
+        // Fresh batch work waits behind interactive work...
+        assert_eq!(batch(pool.next_work())[0].request.class, Class::Interactive);
+        pool.finish_step(&[], None);
+        // ...until it has waited `batch_max_wait` without a step.
+        std::thread::sleep(Duration::from_millis(250));
+        let (j, _rj) = classed(Kind::Dense, Class::Interactive, &[4]);
+        pool.submit(j, false).unwrap();
+        assert_eq!(batch(pool.next_work())[0].request.class, Class::Batch);
+    }
+
+    #[test]
+    fn batch_steps_shrink_while_interactive_traffic_is_active() {
+        let settings = priority::Settings {
+            batch_step_tokens: 8,
+            ..on()
+        };
+        let pool = Pool::new(100, 64, 1, false, settings.clone());
+        let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
+        pool.submit(b, false).unwrap();
+        // No interactive request seen yet: the full budget.
+        let first = batch(pool.next_work());
+        assert_eq!(lengths(&first), vec![4, 4, 4, 4]);
+        pool.finish_step(&first, None);
+        let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[2]);
+        pool.submit(i, false).unwrap();
+        let (b2, _rb2) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
+        pool.submit(b2, false).unwrap();
+        // The query first, then batch work up to 8 tokens in all.
+        assert_eq!(lengths(&batch(pool.next_work())), vec![2, 4]);
     }
 }

@@ -16,7 +16,8 @@ use pyo3::Python;
 use crate::completion;
 use crate::engine::{keep_thread_state, EngineHandle, HostBatch, Kind, LazyOutput};
 use crate::error::TulipError;
-use crate::metrics::{Metrics, Mode, ModeLabel};
+use crate::metrics::{ClassLabel, Metrics, Mode, ModeLabel};
+use crate::priority::Class;
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
 /// Where a launched step's rows are read.
@@ -101,7 +102,7 @@ pub fn launch(
                         // The completion thread is gone (shutdown): fail and free.
                         let step = unsent.0;
                         fail(&step.seqs, "server is shutting down");
-                        pool.finish_step(Some(step.output));
+                        pool.finish_step(&step.seqs, Some(step.output));
                     }
                 }
             }
@@ -113,7 +114,7 @@ pub fn launch(
             for s in &seqs {
                 s.request.fail(e.clone());
             }
-            pool.finish_step(None);
+            pool.finish_step(&seqs, None);
         }
     }
 }
@@ -141,6 +142,20 @@ fn record_step(metrics: &Metrics, seqs: &[SeqRef], output: &LazyOutput) {
     metrics.batch_tokens.observe(tokens as f64);
     metrics.batch_sequences.observe(seqs.len() as f64);
     metrics.tokens.inc_by(tokens as u64);
+    let mut by_class = [0u64; 2];
+    for s in seqs {
+        by_class[(s.request.class == Class::Batch) as usize] += s.len() as u64;
+    }
+    for (class, n) in [
+        (Class::Interactive, by_class[0]),
+        (Class::Batch, by_class[1]),
+    ] {
+        if n > 0 {
+            let label = ClassLabel { class };
+            metrics.class_steps.get_or_create(&label).inc();
+            metrics.class_tokens.get_or_create(&label).inc_by(n);
+        }
+    }
     metrics
         .padded_tokens
         .inc_by(output.padded_tokens.saturating_sub(tokens) as u64);

@@ -54,6 +54,7 @@ pub fn serve(
         config.max_batch_sequences,
         max_inflight(&model, &config),
         config.inline_steps,
+        config.priority.clone(),
     ));
     let threads = start_engine_threads(&pool, &engine, &metrics)?;
     let state = Arc::new(ServiceState::default());

@@ -11,7 +11,8 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::{EngineHandle, ModelInfo};
 use crate::error::TulipError;
-use crate::metrics::{Code, Metrics};
+use crate::metrics::{ClassLabel, Code, Metrics};
+use crate::priority::Class;
 use crate::queue::{Pool, Submitted};
 use crate::scheduler::{self, Delivery};
 use crate::validate::{validate, Limits};
@@ -102,6 +103,7 @@ impl Tulip for TulipService {
             .set(self.state.active.load(Ordering::SeqCst) as i64);
         let request = request.into_inner();
         let request_id = request.request_id.clone();
+        let class = Class::from_proto(request.priority);
         let result = self.run(request).await;
         match &result {
             Err(TulipError::Engine(e)) => {
@@ -115,6 +117,11 @@ impl Tulip for TulipService {
         if let Ok(resp) = &result {
             if let Some(t) = &resp.timing {
                 m.queue_seconds.observe(t.queue_us as f64 * 1e-6);
+                if let Some(class) = class {
+                    m.class_queue_seconds
+                        .get_or_create(&ClassLabel { class })
+                        .observe(t.queue_us as f64 * 1e-6);
+                }
                 m.inference_seconds.observe(t.inference_us as f64 * 1e-6);
             }
         }

@@ -9,6 +9,7 @@ use proto::tulip::v1::EmbedRequest;
 use crate::engine::{Kind, ModelInfo};
 use crate::error::TulipError;
 use crate::output::Accumulator;
+use crate::priority::Class;
 use crate::queue::{Progress, Reply, Request};
 
 pub struct Limits {
@@ -23,7 +24,7 @@ pub fn validate(
     reply: Reply,
 ) -> Result<Request, (TulipError, Reply)> {
     match check(&req, model, limits) {
-        Ok((kind, dimensions, normalize, offsets)) => {
+        Ok((kind, class, dimensions, normalize, offsets)) => {
             let n = offsets.len() - 1;
             let width = match kind {
                 Kind::MultiVector => model.multi_vector_dimension,
@@ -31,6 +32,7 @@ pub fn validate(
             };
             Ok(Request {
                 kind,
+                class,
                 dimensions,
                 normalize,
                 raw_scores: req.raw_scores,
@@ -51,7 +53,7 @@ pub fn validate(
     }
 }
 
-type Checked = (Kind, u32, bool, Vec<u32>);
+type Checked = (Kind, Class, u32, bool, Vec<u32>);
 
 fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Checked, TulipError> {
     let invalid = |m: String| Err(TulipError::InvalidArgument(m));
@@ -67,6 +69,9 @@ fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Check
             have.join(", ")
         ));
     }
+    let Some(class) = Class::from_proto(req.priority) else {
+        return invalid(format!("unknown priority {}", req.priority));
+    };
     let n = req.lengths.len();
     if n == 0 {
         return invalid("request has no sequences".into());
@@ -125,7 +130,7 @@ fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Check
         d => d,
     };
     let normalize = req.normalize.unwrap_or(model.normalize_default);
-    Ok((kind, dimensions, normalize, offsets))
+    Ok((kind, class, dimensions, normalize, offsets))
 }
 
 #[cfg(test)]
@@ -173,14 +178,17 @@ mod tests {
     fn message(r: Result<Checked, TulipError>) -> String {
         match r {
             Err(TulipError::InvalidArgument(m)) => m,
-            other => panic!("expected InvalidArgument, got {:?}", other.map(|c| c.3)),
+            other => panic!("expected InvalidArgument, got {:?}", other.map(|c| c.4)),
         }
     }
 
     #[test]
     fn accepts_valid_and_resolves_defaults() {
-        let (kind, dims, norm, offsets) = run(req(vec![1, 2, 3], vec![2, 1])).unwrap();
-        assert_eq!((kind, dims, norm), (Kind::Dense, 8, true));
+        let (kind, class, dims, norm, offsets) = run(req(vec![1, 2, 3], vec![2, 1])).unwrap();
+        assert_eq!(
+            (kind, class, dims, norm),
+            (Kind::Dense, Class::Interactive, 8, true)
+        );
         assert_eq!(offsets, vec![0, 2, 3]);
     }
 
@@ -198,5 +206,8 @@ mod tests {
         let mut r = req(vec![1], vec![1]);
         r.kind = proto::tulip::v1::OutputKind::Score as i32;
         assert!(message(run(r)).contains("does not produce score"));
+        let mut r = req(vec![1], vec![1]);
+        r.priority = 9;
+        assert!(message(run(r)).contains("unknown priority 9"));
     }
 }

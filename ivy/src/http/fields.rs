@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::pipeline::Inputs;
+use crate::pipeline::{Inputs, Priority};
 
 pub type Object = Map<String, Value>;
 
@@ -134,6 +134,21 @@ pub fn direction(obj: &Object) -> Result<Direction, ApiError> {
         Some(other) => Err(ApiError::schema(
             "truncation_direction",
             format!("`truncation_direction` must be \"right\" or \"left\", got {other}"),
+        )),
+    }
+}
+
+/// `priority`: "interactive" or "batch"; absent means "decide by size".
+pub fn priority(obj: &Object) -> Result<Option<Priority>, ApiError> {
+    match obj.get("priority") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("interactive") => {
+            Ok(Some(Priority::Interactive))
+        }
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("batch") => Ok(Some(Priority::Batch)),
+        Some(other) => Err(ApiError::schema(
+            "priority",
+            format!("`priority` must be \"interactive\" or \"batch\", got {other}"),
         )),
     }
 }

@@ -45,6 +45,7 @@ pub async fn embeddings(
                 direction: fields::direction(&obj)?,
                 dimensions: fields::dimensions(&obj)?,
                 prompt_name: fields::opt_string(&obj, "prompt_name")?,
+                priority: fields::priority(&obj)?,
                 ..Options::default()
             },
         };

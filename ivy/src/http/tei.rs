@@ -241,6 +241,7 @@ fn common_options(obj: &Object) -> Result<Options, ApiError> {
     Ok(Options {
         truncate: fields::opt_bool(obj, "truncate")?.unwrap_or(false),
         direction: fields::direction(obj)?,
+        priority: fields::priority(obj)?,
         ..Options::default()
     })
 }

@@ -11,6 +11,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use proto::tulip::v1::{EmbedRequest, EmbedResponse};
 
 use super::chunk::Chunk;
+use super::Priority;
 use crate::error::ApiError;
 use crate::replicas::{no_replica, AttemptError, Replica};
 use crate::state::AppState;
@@ -21,6 +22,7 @@ pub async fn send_all(
     tokenized: &Tokenized,
     chunks: &[Chunk],
     template: &EmbedRequest,
+    priority: Priority,
 ) -> Result<Vec<EmbedResponse>, ApiError> {
     let window = match state.config.chunks_per_replica {
         0 => chunks.len(),
@@ -36,7 +38,7 @@ pub async fn send_all(
                 lengths: tokenized.lengths[c.sequences.clone()].to_vec(),
                 ..template.clone()
             };
-            send(state, request)
+            send(state, request, priority)
         })
         .collect();
     stream::iter(sends)
@@ -45,13 +47,24 @@ pub async fn send_all(
         .await
 }
 
-async fn send(state: &AppState, request: EmbedRequest) -> Result<EmbedResponse, ApiError> {
+async fn send(
+    state: &AppState,
+    request: EmbedRequest,
+    priority: Priority,
+) -> Result<EmbedResponse, ApiError> {
     state.metrics.chunk();
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     let mut last_error = None;
     for attempt in 1..=state.config.max_attempts {
-        let replicas = state.replicas.snapshot();
-        let Some(replica) = state.policy.pick(&replicas, &tried) else {
+        let picked = if priority == Priority::Batch && state.batch_slots.bounded() {
+            let slots = &state.batch_slots;
+            let pick = slots.pick(|| state.replicas.snapshot(), state.policy.as_ref(), &tried);
+            pick.await.map(|(r, slot)| (r, Some(slot)))
+        } else {
+            let replicas = state.replicas.snapshot();
+            state.policy.pick(&replicas, &tried).map(|r| (r, None))
+        };
+        let Some((replica, _slot)) = picked else {
             return Err(last_error.unwrap_or_else(no_replica));
         };
         if attempt > 1 {

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use ivy_tokenizer::Direction;
-use proto::tulip::v1::{EmbedRequest, OutputKind};
+use proto::tulip::v1::{self as tulip, EmbedRequest, OutputKind};
 
 pub use self::output::Output;
 use crate::error::ApiError;
@@ -63,6 +63,32 @@ impl Kind {
     }
 }
 
+/// Which queue a request waits in on the replicas: interactive work runs
+/// first; batch work (indexing) is delayed but never starved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    Interactive,
+    Batch,
+}
+
+impl Priority {
+    fn proto(self) -> tulip::Priority {
+        match self {
+            Self::Interactive => tulip::Priority::Interactive,
+            Self::Batch => tulip::Priority::Batch,
+        }
+    }
+
+    /// The request's own choice, else by size.
+    fn of(asked: Option<Self>, tokens: usize, interactive_max_tokens: usize) -> Self {
+        asked.unwrap_or(if tokens <= interactive_max_tokens {
+            Self::Interactive
+        } else {
+            Self::Batch
+        })
+    }
+}
+
 /// The inputs of a request.
 #[derive(Debug)]
 pub enum Inputs {
@@ -99,6 +125,8 @@ pub struct Options {
     pub prompt_name: Option<String>,
     /// Score: raw logits instead of the activation.
     pub raw_scores: bool,
+    /// `None`: decided by the request's size.
+    pub priority: Option<Priority>,
 }
 
 pub struct Job {
@@ -151,6 +179,11 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
         state.config.chunk_tokens,
         model.max_request_sequences as usize,
     );
+    let priority = Priority::of(
+        job.options.priority,
+        tokenized.token_ids.len(),
+        state.config.interactive_max_tokens,
+    );
     let template = EmbedRequest {
         token_ids: Vec::new(),
         lengths: Vec::new(),
@@ -161,9 +194,10 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
         request_id: RequestId::current()
             .map(|r| r.to_string())
             .unwrap_or_default(),
+        priority: priority.proto() as i32,
     };
     let sent = Instant::now();
-    let replies = dispatch::send_all(state, &tokenized, &chunks, &template).await?;
+    let replies = dispatch::send_all(state, &tokenized, &chunks, &template, priority).await?;
     state.metrics.stage(Stage::Dispatch, sent.elapsed());
 
     let mut out = Output::merge(job.kind, &chunks, replies)?;
@@ -172,4 +206,20 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     state.metrics.stage(Stage::Inference, out.timing.inference);
     state.metrics.tokens(out.tokens);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Priority;
+
+    #[test]
+    fn priority_is_the_requests_choice_else_its_size() {
+        assert_eq!(Priority::of(None, 512, 512), Priority::Interactive);
+        assert_eq!(Priority::of(None, 513, 512), Priority::Batch);
+        assert_eq!(
+            Priority::of(Some(Priority::Interactive), 10_000, 512),
+            Priority::Interactive
+        );
+        assert_eq!(Priority::of(Some(Priority::Batch), 3, 512), Priority::Batch);
+    }
 }
