@@ -23,6 +23,7 @@ COMMANDS = {
     "queries": "queries",
     "overhead": "overhead",
     "overlap": "overlap",
+    "isolation": "isolation",
 }
 
 
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     with Stack(args.model, threads=args.threads) as stack:
         data, md = module.run(stack, **module.options(args.scale))
         path = writer.write(args.command, module.TITLE, data, md, stack.gates, started, stack.extra_versions())
+    if hasattr(module, "plot"):
+        module.plot(data, writer.out_dir / f"{args.command}.png")
     print(path.read_text())
     return 0
 

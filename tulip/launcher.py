@@ -121,10 +121,12 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--batch-max-wait-ms", type=int, default=500,
            help="batch work that has waited this long without a step takes the next one first, "
                 "so it is never starved")
-    p.flag("--batch-step-tokens", type=int, default=0,
+    p.flag("--batch-step-tokens", type=int, default=-1,
            help="while interactive requests are arriving (one within the last second), steps "
                 "carrying batch work take at most this many tokens, so a query waits for a shorter "
-                "step (0 = the full --max-batch-tokens)")
+                "step and its own step is not filled up with batch work (0 = the full "
+                "--max-batch-tokens; -1 = 512 on the CPU, where a step's time grows with every "
+                "token, and 0 on a GPU, where filling a step is almost free)")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=_bool, default=True,
@@ -227,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             json_output=args.json_output,
             priority=args.priority,
             batch_max_wait_ms=args.batch_max_wait_ms,
-            batch_step_tokens=args.batch_step_tokens,
+            batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0
+                               else 0 if engine.device.type == "cuda" else 512),
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

@@ -144,9 +144,12 @@ fn schemas() -> Value {
         "description": "Cut inputs longer than the model's maximum instead of refusing them" })
     };
     let vector = json!({ "type": "array", "items": { "type": "number" } });
+    let priority = json!({ "type": ["string", "null"], "enum": ["interactive", "batch", null],
+        "description": "Queue on the replicas: interactive work runs first, batch work (indexing) is never starved; unset decides by size (--interactive-max-tokens)" });
     let embed_fields = |dense: bool| {
         let mut props = json!({
             "inputs": input, "truncate": truncate(false), "truncation_direction": direction, "prompt_name": prompt,
+            "priority": priority,
         });
         if dense {
             props["normalize"] = json!({ "type": "boolean", "default": true });
@@ -161,13 +164,14 @@ fn schemas() -> Value {
             "encoding_format": { "type": "string", "enum": ["float", "base64"], "default": "float" },
             "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
+            "priority": priority,
         }},
         "SimilarityRequest": { "type": "object", "required": ["inputs"], "properties": {
             "inputs": { "type": "object", "required": ["source_sentence", "sentences"], "properties": {
                 "source_sentence": { "type": "string" },
                 "sentences": { "type": "array", "minItems": 1, "items": { "type": "string" } } } },
             "truncate": { "type": "boolean" }, "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
-            "prompt_name": { "type": "string" }, "parameters": { "type": "object" } } },
+            "prompt_name": { "type": "string" }, "parameters": { "type": "object" }, "priority": priority } },
         "SimilarityResponse": { "type": "array", "items": { "type": "number" } },
         "CohereRerankRequest": { "type": "object", "required": ["query", "documents"], "properties": {
             "model": { "type": "string" }, "query": { "type": "string" },
@@ -175,7 +179,7 @@ fn schemas() -> Value {
                 { "type": "string" },
                 { "type": "object", "required": ["text"], "properties": { "text": { "type": "string" } } } ] } },
             "top_n": { "type": "integer", "minimum": 1 }, "return_documents": { "type": "boolean" },
-            "truncate": { "type": "boolean" }, "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] } } },
+            "priority": priority, "truncate": { "type": "boolean" }, "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] } } },
         "CohereRerankResponse": { "type": "object", "required": ["id", "model", "results", "usage"], "properties": {
             "id": { "type": "string" }, "model": { "type": "string" },
             "results": { "type": "array", "items": { "type": "object", "required": ["index", "relevance_score"], "properties": {
@@ -215,7 +219,8 @@ fn schemas() -> Value {
         "RerankRequest": { "type": "object", "required": ["query", "texts"], "properties": {
             "query": { "type": "string" }, "texts": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
             "truncate": truncate(false), "truncation_direction": direction,
-            "raw_scores": { "type": "boolean", "default": false }, "return_text": { "type": "boolean", "default": false } } },
+            "raw_scores": { "type": "boolean", "default": false }, "return_text": { "type": "boolean", "default": false },
+            "priority": priority } },
         "RerankResponse": { "type": "array", "items": { "type": "object", "required": ["index", "score"], "properties": {
             "index": { "type": "integer" }, "score": { "type": "number" }, "text": { "type": "string" } } } },
         "TokenizeRequest": { "type": "object", "required": ["inputs"], "properties": {
