@@ -315,3 +315,15 @@ def test_sparse_and_multi_vector_outputs(m3, tmp_path):
 
     refused = cli("embed", src, "--out", tmp_path / "x.npy", "--url", m3.url, "--kind", "sparse", check=False)
     assert refused.returncode == 2 and "Parquet" in refused.stderr
+
+
+def test_rows_keep_file_lines_across_multi_line_csv_fields(tmp_path):
+    from tulip_rose_cli import readers
+
+    src = tmp_path / "docs.csv"
+    src.write_bytes(b'id,text\na,"two\nlines"\nb,\nc,"say ""hi"""\nd,\xff\n')
+    rows = list(readers.rows(src, "csv", None, "id"))
+    assert [(r.line, r.id, r.text, r.bad) for r in rows] == [
+        (2, "a", "two\nlines", None), (4, "b", None, "empty"), (5, "c", 'say "hi"', None),
+        (6, "d", None, "not UTF-8")]
+    assert readers.count(src, "csv") == 5  # an upper bound: the quoted newline counts

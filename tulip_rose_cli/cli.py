@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from tulip_rose_cli import readers, writers
-from tulip_rose_cli.run import DEFAULT_BATCH, INTERNAL, KINDS, Exit, Options, Run
+from tulip_rose_cli.run import DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
 
 EMBED_HELP = """\
 Embed every row of INPUT through a running Ivy gateway and write the vectors
@@ -37,7 +37,7 @@ Resumable: finished batches are kept in OUTPUT.partial/ until the output is
 written. After Ctrl-C, a killed process or a gateway outage, rerun the same
 command: it continues where it stopped and the output equals a one-shot
 run's. A changed input or option is refused (pass --fresh to start over).
-Requests that fail with 429, 5xx, a timeout or no connection are retried
+Requests that fail with 429, 502, 503, 504, a timeout or no connection are retried
 with exponential backoff and jitter for up to --retry-for seconds.
 
 Each request carries "priority": "batch", so a gateway that separates
@@ -108,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                    timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every)
     try:
         return Run(opts).run()
+    except KeyboardInterrupt:  # before the batches start, or while assembling
+        print("tulip-rose embed: interrupted; rerun the same command to continue", file=sys.stderr)
+        return INTERRUPTED
     except Exit as e:
         if e.code == INTERNAL and e.__cause__ is not None:
             traceback.print_exception(e.__cause__, file=sys.stderr)

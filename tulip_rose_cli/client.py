@@ -1,6 +1,6 @@
 """Ivy's HTTP API as the bulk command uses it: one keep-alive connection per
 worker thread, retries with exponential backoff and jitter on what a later
-attempt can cure (429, 5xx, connection errors, timeouts), and a typed error
+attempt can cure (429, 502-504, connection errors, timeouts), and a typed error
 for what it cannot (a rejected batch, a bad key)."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-# Statuses a later attempt can cure: overloaded, no healthy replica or
-# draining, a gateway timeout, an upstream failure.
-RETRYABLE = frozenset({429, 500, 502, 503, 504})
+# Statuses a later attempt can cure: overloaded, an upstream failure, no
+# healthy replica or draining, a gateway timeout. (A 500 is Ivy's own bug:
+# retrying would only repeat it.)
+RETRYABLE = frozenset({429, 502, 503, 504})
 # Statuses that blame the request's content: some row in it is bad.
 REJECTED = frozenset({400, 413, 422})
 

@@ -67,7 +67,7 @@ def _check_text(text: str) -> str | None:
     return None
 
 
-def _text_rows(path: Path, id_of) -> Iterator[Row]:
+def _text_rows(path: Path) -> Iterator[Row]:
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
             line = i + 1
@@ -77,10 +77,10 @@ def _text_rows(path: Path, id_of) -> Iterator[Row]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
-                yield Row(i, line, id_of(i, line, None), bad="not UTF-8")
+                yield Row(i, line, line, bad="not UTF-8")
                 continue
             bad = _check_text(text)
-            yield Row(i, line, id_of(i, line, None), None if bad else text, bad)
+            yield Row(i, line, line, None if bad else text, bad)
 
 
 def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
@@ -122,6 +122,8 @@ def _id_value(v):
 
 
 def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) -> Iterator[Row]:
+    # Documents can be far longer than the csv module's 128 KiB field limit.
+    csv.field_size_limit(2**31 - 1)
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         if f.read(1) != "\ufeff":
             f.seek(0)
@@ -184,7 +186,7 @@ def rows(path: Path, fmt: str, column: str | None, id_column: str | None) -> Ite
     if fmt == "text":
         if id_column:
             raise InputError("a text file has no id column: use JSONL, CSV/TSV or Parquet for ids")
-        return _text_rows(path, lambda i, line, _: line)
+        return _text_rows(path)
     if fmt == "jsonl":
         return _jsonl_rows(path, column, id_column)
     if fmt in ("csv", "tsv"):
