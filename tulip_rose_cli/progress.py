@@ -16,6 +16,11 @@ def _eta(seconds: float | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def retry_line(status: int, message: str, delay: float) -> str:
+    """What a retry says (status 0: no answer came)."""
+    return f"retrying in {delay:.1f}s: {f'HTTP {status}: ' if status else ''}{message[:160]}"
+
+
 class Progress:
     def __init__(self, total: int | None, every: float = 10.0, stream=None, bar: bool | None = None):
         self.stream = stream or sys.stderr
@@ -28,8 +33,10 @@ class Progress:
         use_bar = self.stream.isatty() if bar is None else bar
         self._bar = None
         if use_bar:
-            from tqdm import tqdm
-
+            try:
+                from tqdm import tqdm
+            except ImportError:  # plain lines, as off a terminal
+                return
             self._bar = tqdm(total=total, unit="doc", file=self.stream, dynamic_ncols=True, smoothing=0.1)
 
     def skip(self, rows: int) -> None:
@@ -59,7 +66,7 @@ class Progress:
     def retry(self, status: int, message: str, delay: float) -> None:
         with self._lock:
             self.retries += 1
-            text = f"retrying in {delay:.1f}s: {f'HTTP {status}' if status else 'no answer'}: {message[:160]}"
+            text = retry_line(status, message, delay)
             if self._bar is not None:
                 self._bar.write(text, file=self.stream)
             else:

@@ -136,7 +136,7 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
                 raise InputError(f"{path} has no column {name!r}; its columns are {header}")
         col, id_col = header.index(column), header.index(id_column) if id_column else None
         start = reader.line_num + 1
-        for i, record in enumerate(reader):
+        for i, record in enumerate(_records(reader, path)):
             line = start
             start = reader.line_num + 1
             rid = line
@@ -150,6 +150,15 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
                 continue
             bad = _check_text(record[col])
             yield Row(i, line, rid, None if bad else record[col], bad)
+
+
+def _records(reader, path: Path):
+    """The csv reader's records, its errors (a NUL byte, an unclosed quote
+    in strict mode) naming the file and line."""
+    try:
+        yield from reader
+    except csv.Error as e:
+        raise InputError(f"{path}, line {reader.line_num}: {e}") from None
 
 
 def _parquet_rows(path: Path, column: str, id_column: str | None) -> Iterator[Row]:

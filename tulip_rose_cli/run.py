@@ -4,6 +4,7 @@ directory, and assemble the output in input order once every batch is in."""
 
 from __future__ import annotations
 
+import importlib.util
 import queue
 import sys
 import threading
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tulip_rose_cli import readers, writers
 from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry
-from tulip_rose_cli.progress import Progress
+from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
 # Exit codes (documented in --help and the README).
@@ -79,7 +80,7 @@ class Run:
         if self.progress is not None:
             self.progress.retry(status, message, delay)
         else:
-            self.say(f"retrying in {delay:.1f}s: {f'HTTP {status}' if status else 'no answer'}: {message[:160]}")
+            self.say(retry_line(status, message, delay))
 
     # Set-up: what the server serves decides the batch size, the
     # concurrency and the vector width.
@@ -93,6 +94,8 @@ class Run:
             out_fmt = writers.output_format(o.output, o.output_format)
         except (readers.InputError, ValueError) as e:
             raise Exit(USAGE, str(e)) from None
+        if "parquet" in (in_fmt, out_fmt) and importlib.util.find_spec("pyarrow") is None:
+            raise Exit(USAGE, "Parquet needs pyarrow: pip install 'tulip-rose[cli]'")
         kind = KINDS[o.kind]
         if out_fmt == "npy" and kind != "dense":
             raise Exit(USAGE, f"--kind {o.kind} needs Parquet output (.parquet); .npy holds dense vectors only")
@@ -235,6 +238,9 @@ class Run:
             raise Exit(STRICT_BAD_ROWS, f"--strict: stopped at bad rows ({n} so far, listed in "
                                         f"{writers.errors_path(o.output)}); finished batches are kept in "
                                         f"{work.path}")
+        missing = [k for k in range(chunks) if not work.done(k)]
+        if missing:  # cannot happen without a failure above; never assemble a file with holes
+            raise Exit(INTERNAL, f"batches {missing[:10]} are missing from {work.path}; rerun to redo them")
         written, bad = writers.assemble(work, chunks, o.output, out_fmt, KINDS[o.kind],
                                         manifest["dimension"], bool(o.id_column))
         work.remove()
