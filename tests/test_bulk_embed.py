@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -270,6 +271,34 @@ def test_bad_rows_are_reported_by_line_and_strict_stops(stack, reference, tmp_pa
     good = [i + 1 for i in range(len(lines)) if i + 1 not in bad_lines]
     assert ids == good
     assert min_cosine(got, reference[:40]) >= 0.999
+
+
+def test_api_key_and_prompt_name(stack, text_file, tmp_path, log_dir):
+    """Against an Ivy that wants a key and knows a prompt: no key is exit 3
+    with Ivy's 401; the key from the environment (IVY_API_KEY, the
+    gateway's own variable) and --prompt-name give Ivy's prompted vectors."""
+    config = tmp_path / "templates.toml"
+    config.write_text('[prompts]\nquery = "query: "\n')
+    ivy = Ivy([stack[1].url], log_dir=log_dir, max_inputs=64, config=str(config), env={"IVY_API_KEY": "k3y"})
+    try:
+        out = tmp_path / "vectors.parquet"
+        env = {k: v for k, v in os.environ.items() if k != "IVY_API_KEY"}
+        denied = cli("embed", text_file, "--out", out, "--url", ivy.url, check=False, env=env)
+        assert denied.returncode == 3 and "HTTP 401" in denied.stderr, denied.stderr
+        cli("embed", text_file, "--out", out, "--url", ivy.url, "--prompt-name", "query", "--overwrite",
+            env={**env, "IVY_API_KEY": "k3y"})
+        _, got = read_dense(out)
+        want = []
+        for i in range(0, len(TEXTS), 64):
+            status, body = ivy.post_json("/embed", {"inputs": TEXTS[i:i + 64], "truncate": True,
+                                                    "prompt_name": "query"}, {"Authorization": "Bearer k3y"})
+            assert status == 200, body
+            want.extend(body)
+        plain = np.array(ivy_embed(stack[0], TEXTS[:8]), dtype=np.float32)
+        assert min_cosine(got, np.array(want, dtype=np.float32)) >= 0.999
+        assert min_cosine(got[:8], plain) < 0.999  # the prompt did change the vectors
+    finally:
+        ivy.stop()
 
 
 def test_help_documents_exit_codes_and_bad_rows():
