@@ -71,6 +71,7 @@ class Run:
         self.stop = threading.Event()
         self.failure: BaseException | None = None
         self.strict_hit = False
+        self.dim = 0  # the vector width /info announced (or --dimensions)
 
     def say(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -159,6 +160,10 @@ class Run:
                     outputs.append(res.rows[0])
                     kept.append(r)
                     tokens += res.tokens
+        widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
+        if widths - {self.dim}:  # the file's vector column has one width
+            raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, "
+                                f"not the {self.dim} it announced")
         errors.sort(key=lambda e: e["row"])
         chunk = Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs,
                       errors=errors, tokens=tokens)
@@ -183,6 +188,7 @@ class Run:
     def run(self) -> int:
         o = self.opts
         in_fmt, out_fmt, batch, concurrency, manifest = self._plan()
+        self.dim = manifest["dimension"]
         work = WorkDir(o.output)
         try:
             already = work.open(manifest, o.fresh)
