@@ -37,8 +37,8 @@ Resumable: finished batches are kept in OUTPUT.partial/ until the output is
 written. After Ctrl-C, a killed process or a gateway outage, rerun the same
 command: it continues where it stopped and the output equals a one-shot
 run's. A changed input or option is refused (pass --fresh to start over).
-Requests that fail with 429, 502, 503, 504, a timeout or no connection are retried
-with exponential backoff and jitter for up to --retry-for seconds.
+Requests that fail with 429, 502, 503, 504, a timeout or no connection are
+retried with exponential backoff and jitter for up to --retry-for seconds.
 
 Each request carries "priority": "batch", so a gateway that separates
 traffic classes serves interactive queries first.
@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--out", "-o", type=Path, required=True, metavar="OUTPUT", help="the vectors (.parquet or .npy)")
     e.add_argument("--url", default=os.environ.get("IVY_URL", "http://127.0.0.1:8080"),
                    help="Ivy's HTTP address (env IVY_URL; default %(default)s)")
-    e.add_argument("--api-key", default=os.environ.get("IVY_API_KEY"),
+    e.add_argument("--api-key", metavar="KEY", default=os.environ.get("IVY_API_KEY"),
                    help="sent as 'Authorization: Bearer KEY' (env IVY_API_KEY)")
     g = e.add_argument_group("input")
     g.add_argument("--format", dest="input_format", choices=readers.FORMATS, help="input format (default: by suffix)")
@@ -74,22 +74,22 @@ def parser() -> argparse.ArgumentParser:
                         "default %(default)s")
     g.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     g = e.add_argument_group("embedding")
-    g.add_argument("--prompt-name", help="a prompt template the gateway knows (e.g. document)")
-    g.add_argument("--dimensions", type=int, help="Matryoshka: keep the first N dimensions, renormalised")
+    g.add_argument("--prompt-name", metavar="NAME", help="a prompt template the gateway knows (e.g. document)")
+    g.add_argument("--dimensions", type=int, metavar="N", help="Matryoshka: keep the first N dimensions, renormalised")
     g.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=True,
                    help="cut inputs over the model's length limit (default); with --no-truncate they are bad rows")
     g = e.add_argument_group("running")
-    g.add_argument("--batch-size", type=int,
+    g.add_argument("--batch-size", type=int, metavar="N",
                    help=f"documents per request and per resumable batch (default {DEFAULT_BATCH}, or the "
                         "gateway's limit if lower)")
-    g.add_argument("--concurrency", type=int,
+    g.add_argument("--concurrency", type=int, metavar="N",
                    help="requests in flight (default: 2 per healthy replica, from the gateway's /ready)")
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per HTTP request (default %(default)s)")
-    g.add_argument("--retry-for", type=float, default=600.0,
+    g.add_argument("--timeout", type=float, metavar="S", default=120.0, help="seconds per HTTP request (default %(default)s)")
+    g.add_argument("--retry-for", type=float, metavar="S", default=600.0,
                    help="seconds to keep retrying a failing request before stopping (default %(default)s)")
     g.add_argument("--strict", action="store_true", help="stop at the first bad row, exit code 1")
     g.add_argument("--fresh", action="store_true", help="discard a previous run's OUTPUT.partial/ and start over")
-    g.add_argument("--progress-every", type=float, default=10.0,
+    g.add_argument("--progress-every", type=float, metavar="S", default=10.0,
                    help="seconds between progress lines when stderr is not a terminal (default %(default)s)")
     return p
 
