@@ -24,6 +24,7 @@ COMMANDS = {
     "overhead": "overhead",
     "overlap": "overlap",
     "isolation": "isolation",
+    "bulk": "bulk",
 }
 
 
@@ -36,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
                    help="torch threads for every side (Tulip, in-process baselines, Infinity)")
     p.add_argument("--scale", type=float, default=1.0,
                    help="multiplies every request count (0.2 for a quick look)")
+    p.add_argument("--docs", type=int, default=None,
+                   help="bulk: documents in the file (default 20000, times --scale)")
     return p
 
 
@@ -76,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
 
     module = importlib.import_module(f"bench.{COMMANDS[args.command]}")
     started = now()
+    opts = module.options(args.scale)
+    if args.docs is not None and "docs" in opts:
+        opts["docs"] = args.docs
     with Stack(args.model, threads=args.threads) as stack:
-        data, md = module.run(stack, **module.options(args.scale))
+        data, md = module.run(stack, **opts)
         path = writer.write(args.command, module.TITLE, data, md, stack.gates, started, stack.extra_versions())
-    if hasattr(module, "plot"):
+    if hasattr(module, "plot"):  # a benchmark with its own figure
         module.plot(data, writer.out_dir / f"{args.command}.png")
     print(path.read_text())
     return 0

@@ -31,6 +31,7 @@ COPY bench/tokenizer bench/tokenizer
 COPY bench/floor bench/floor
 COPY bench/loadgen bench/loadgen
 COPY rose rose
+COPY tulip_rose_cli tulip_rose_cli
 # `pip install .` builds this same wheel; here it is kept as a file so the
 # runtime stages install it without a Rust toolchain.
 RUN --mount=type=cache,target=/root/.cache/pip \

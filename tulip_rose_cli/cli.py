@@ -1,0 +1,118 @@
+"""``tulip-rose embed``: the command line. Flags with a natural environment
+variable (the gateway's URL and key) read it as their default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from tulip_rose_cli import readers, writers
+from tulip_rose_cli.run import DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
+
+EMBED_HELP = """\
+Embed every row of INPUT through a running Ivy gateway and write the vectors
+to OUTPUT in input order.
+
+Input (by suffix, or --format): text (.txt, a document per line), JSONL
+(.jsonl, the --field), CSV/TSV (.csv/.tsv with a header row, the --column),
+Parquet (.parquet, the --column). Ids come from --id-column when given
+(kept as strings), else they are the 1-based line numbers (0-based row
+numbers for Parquet).
+
+Output (by suffix, or --output-format): Parquet (columns id and embedding;
+id, indices, values for --kind sparse; id, embeddings for --kind
+multi-vector) or NumPy .npy (dense only: a float32 matrix, with the ids one
+JSON value per line in OUTPUT-stem.ids.jsonl).
+
+Bad rows (empty, not UTF-8, not parseable, or rejected by Ivy, e.g. over the
+model's length limit with --no-truncate) are left out of the output and
+listed with their row, line and id in OUTPUT.errors.jsonl; the run goes on
+unless --strict. When Ivy rejects a batch, its rows are retried one by one
+to find the bad ones.
+
+Resumable: finished batches are kept in OUTPUT.partial/ until the output is
+written. After Ctrl-C, a killed process or a gateway outage, rerun the same
+command: it continues where it stopped and the output equals a one-shot
+run's. A changed input or option is refused (pass --fresh to start over).
+Requests that fail with 429, 502, 503, 504, a timeout or no connection are
+retried with exponential backoff and jitter for up to --retry-for seconds.
+
+Each request carries "priority": "batch", so a gateway that separates
+traffic classes serves interactive queries first.
+
+Exit codes: 0 done (bad rows, if any, are in the errors file); 1 --strict
+and a bad row was found; 2 bad usage, unreadable input, or a resume refused;
+3 the gateway failed past the retries (or refused the key); 4 an unexpected
+error; 130 interrupted. After 1, 3, 4 and 130 the finished batches are kept
+and a rerun continues."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tulip-rose", description="Clients of the tulip-rose serving stack.")
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("embed", help="embed a file of documents through Ivy, resumably",
+                       description=EMBED_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("input", type=Path, metavar="INPUT", help="the documents")
+    e.add_argument("--out", "-o", type=Path, required=True, metavar="OUTPUT", help="the vectors (.parquet or .npy)")
+    e.add_argument("--url", default=os.environ.get("IVY_URL", "http://127.0.0.1:8080"),
+                   help="Ivy's HTTP address (env IVY_URL; default %(default)s)")
+    e.add_argument("--api-key", metavar="KEY", default=os.environ.get("IVY_API_KEY"),
+                   help="sent as 'Authorization: Bearer KEY' (env IVY_API_KEY)")
+    g = e.add_argument_group("input")
+    g.add_argument("--format", dest="input_format", choices=readers.FORMATS, help="input format (default: by suffix)")
+    g.add_argument("--field", "--column", dest="column", metavar="NAME",
+                   help="the text's JSONL field or CSV/TSV/Parquet column (default: text)")
+    g.add_argument("--id-field", "--id-column", dest="id_column", metavar="NAME",
+                   help="the ids' field or column (default: line numbers, or row numbers for Parquet)")
+    g = e.add_argument_group("output")
+    g.add_argument("--output-format", choices=writers.OUTPUT_FORMATS, help="output format (default: by suffix)")
+    g.add_argument("--kind", choices=list(KINDS), default="dense",
+                   help="dense vectors (/v1/embeddings), sparse (/embed_sparse) or multi-vector (/embed_all); "
+                        "default %(default)s")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
+    g = e.add_argument_group("embedding")
+    g.add_argument("--prompt-name", metavar="NAME", help="a prompt template the gateway knows (e.g. document)")
+    g.add_argument("--dimensions", type=int, metavar="N", help="Matryoshka: keep the first N dimensions, renormalised")
+    g.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=True,
+                   help="cut inputs over the model's length limit (default); with --no-truncate they are bad rows")
+    g = e.add_argument_group("running")
+    g.add_argument("--batch-size", type=int, metavar="N",
+                   help=f"documents per request and per resumable batch (default {DEFAULT_BATCH}, or the "
+                        "gateway's limit if lower)")
+    g.add_argument("--concurrency", type=int, metavar="N",
+                   help="requests in flight (default: 2 per healthy replica, from the gateway's /ready)")
+    g.add_argument("--timeout", type=float, metavar="S", default=120.0, help="seconds per HTTP request (default %(default)s)")
+    g.add_argument("--retry-for", type=float, metavar="S", default=600.0,
+                   help="seconds to keep retrying a failing request before stopping (default %(default)s)")
+    g.add_argument("--strict", action="store_true", help="stop at the first bad row, exit code 1")
+    g.add_argument("--fresh", action="store_true", help="discard a previous run's OUTPUT.partial/ and start over")
+    g.add_argument("--progress-every", type=float, metavar="S", default=10.0,
+                   help="seconds between progress lines when stderr is not a terminal (default %(default)s)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    for name in ("batch_size", "concurrency", "dimensions"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser().error(f"--{name.replace('_', '-')} must be at least 1")
+    opts = Options(input=args.input, output=args.out, url=args.url, input_format=args.input_format,
+                   column=args.column, id_column=args.id_column, output_format=args.output_format,
+                   kind=args.kind, batch_size=args.batch_size, concurrency=args.concurrency,
+                   prompt_name=args.prompt_name, dimensions=args.dimensions, truncate=args.truncate,
+                   strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
+                   timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every)
+    try:
+        return Run(opts).run()
+    except KeyboardInterrupt:  # before the batches start, or while assembling
+        print("tulip-rose embed: interrupted; rerun the same command to continue", file=sys.stderr)
+        return INTERRUPTED
+    except Exit as e:
+        if e.code == INTERNAL and e.__cause__ is not None:
+            traceback.print_exception(e.__cause__, file=sys.stderr)
+        print(f"tulip-rose embed: {e}", file=sys.stderr)
+        return e.code

@@ -1,0 +1,221 @@
+"""Input files as a stream of rows: text (a document per line), JSONL (a
+field), CSV/TSV (a column) and Parquet (a column).
+
+Every data row of the file becomes one ``Row``, in file order, good or bad:
+a row that cannot be sent (empty, not UTF-8, not valid JSON, the field
+missing or not a string) carries the reason instead of a text, so row
+positions never shift and bad rows can be reported by line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+FORMATS = ("text", "jsonl", "csv", "tsv", "parquet")
+_BY_SUFFIX = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".ndjson": "jsonl",
+              ".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+class InputError(Exception):
+    """The input cannot be read as asked (a missing column, a wrong format)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One data row: ``index`` counts data rows from 0, ``line`` is the
+    1-based line of the file it starts on (None for Parquet), ``id`` the
+    value of the id column, or the line number (the row index for Parquet)
+    when no id column is given. Exactly one of ``text`` and ``bad`` is set."""
+
+    index: int
+    line: int | None
+    id: object
+    text: str | None = None
+    bad: str | None = None
+
+
+def detect_format(path: Path, given: str | None) -> str:
+    if given:
+        return given
+    fmt = _BY_SUFFIX.get(path.suffix.lower())
+    if fmt is None:
+        raise InputError(f"cannot tell the format of {path} from its suffix; pass --format "
+                         f"({', '.join(FORMATS)})")
+    return fmt
+
+
+def fingerprint(path: Path) -> dict:
+    """What identifies the input for a resumed run: a file that changed
+    (size or modification time) must not be resumed."""
+    st = os.stat(path)
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _check_text(text: str) -> str | None:
+    """Why a decoded text cannot be embedded, or None."""
+    if not text.strip():
+        return "empty"
+    # surrogateescape keeps undecodable bytes as lone surrogates.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not UTF-8"
+    return None
+
+
+def _text_rows(path: Path) -> Iterator[Row]:
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f):
+            line = i + 1
+            raw = raw.rstrip(b"\n").rstrip(b"\r")
+            if i == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield Row(i, line, line, bad="not UTF-8")
+                continue
+            bad = _check_text(text)
+            yield Row(i, line, line, None if bad else text, bad)
+
+
+def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f):
+            line = i + 1
+            fallback = line
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield Row(i, line, fallback, bad="not UTF-8")
+                continue
+            except ValueError as e:
+                yield Row(i, line, fallback, bad="empty" if not raw.strip() else f"not JSON: {e}")
+                continue
+            if not isinstance(obj, dict):
+                yield Row(i, line, fallback, bad="not a JSON object")
+                continue
+            rid = _id_value(obj.get(id_field)) if id_field else fallback
+            if id_field and rid is None:
+                yield Row(i, line, fallback, bad=f"no id field {id_field!r}")
+                continue
+            text = obj.get(field)
+            if text is None:
+                yield Row(i, line, rid, bad=f"no field {field!r}")
+            elif not isinstance(text, str):
+                yield Row(i, line, rid, bad=f"field {field!r} is not a string")
+            else:
+                bad = _check_text(text)
+                yield Row(i, line, rid, None if bad else text, bad)
+
+
+def _id_value(v):
+    """Ids are kept as strings (a column may mix numbers and strings); a
+    missing id is None."""
+    if v is None:
+        return None
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) -> Iterator[Row]:
+    # Documents can be far longer than the csv module's 128 KiB field limit.
+    csv.field_size_limit(2**31 - 1)
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        if f.read(1) != "\ufeff":
+            f.seek(0)
+        reader = csv.reader(f, delimiter=delimiter)
+        header = next(reader, None)
+        if header is None:
+            return
+        for name in filter(None, (column, id_column)):
+            if name not in header:
+                raise InputError(f"{path} has no column {name!r}; its columns are {header}")
+        col, id_col = header.index(column), header.index(id_column) if id_column else None
+        start = reader.line_num + 1
+        for i, record in enumerate(_records(reader, path)):
+            line = start
+            start = reader.line_num + 1
+            rid = line
+            if id_col is not None:
+                rid = record[id_col] if id_col < len(record) else None
+                if rid is None or _check_text(rid) == "not UTF-8":
+                    yield Row(i, line, line, bad="no id" if rid is None else "id not UTF-8")
+                    continue
+            if col >= len(record):
+                yield Row(i, line, rid, bad=f"no column {column!r} in this record")
+                continue
+            bad = _check_text(record[col])
+            yield Row(i, line, rid, None if bad else record[col], bad)
+
+
+def _records(reader, path: Path):
+    """The csv reader's records, its errors (a NUL byte, an unclosed quote
+    in strict mode) naming the file and line."""
+    try:
+        yield from reader
+    except csv.Error as e:
+        raise InputError(f"{path}, line {reader.line_num}: {e}") from None
+
+
+def _parquet_rows(path: Path, column: str, id_column: str | None) -> Iterator[Row]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    for name in filter(None, (column, id_column)):
+        if name not in names:
+            raise InputError(f"{path} has no column {name!r}; its columns are {names}")
+    i = 0
+    for batch in pf.iter_batches(columns=[c for c in (column, id_column) if c], batch_size=4096):
+        texts = batch.column(column).to_pylist()
+        ids = batch.column(id_column).to_pylist() if id_column else None
+        for j, text in enumerate(texts):
+            rid = _id_value(ids[j]) if ids else i
+            if rid is None:
+                yield Row(i, None, i, bad="no id")
+            elif text is None:
+                yield Row(i, None, rid, bad="empty")
+            elif not isinstance(text, str):
+                yield Row(i, None, rid, bad=f"column {column!r} is not a string")
+            else:
+                bad = _check_text(text)
+                yield Row(i, None, rid, None if bad else text, bad)
+            i += 1
+
+
+def rows(path: Path, fmt: str, column: str | None, id_column: str | None) -> Iterator[Row]:
+    """Every data row of ``path`` in order. ``column`` names the text field
+    (JSONL) or column (CSV/TSV/Parquet; default ``text``); ``id_column``
+    the ids (default: line numbers, or row indices for Parquet)."""
+    column = column or "text"
+    if fmt == "text":
+        if id_column:
+            raise InputError("a text file has no id column: use JSONL, CSV/TSV or Parquet for ids")
+        return _text_rows(path)
+    if fmt == "jsonl":
+        return _jsonl_rows(path, column, id_column)
+    if fmt in ("csv", "tsv"):
+        return _csv_rows(path, "," if fmt == "csv" else "\t", column, id_column)
+    if fmt == "parquet":
+        return _parquet_rows(path, column, id_column)
+    raise InputError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+
+
+def count(path: Path, fmt: str) -> int | None:
+    """Rows in the file, for the progress bar's ETA (CSV: lines minus the
+    header, an upper bound when quoted fields hold newlines)."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            n += block.count(b"\n")
+            last = block[-1:]
+    n += last != b"\n"
+    return max(0, n - 1) if fmt in ("csv", "tsv") else n

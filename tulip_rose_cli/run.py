@@ -1,0 +1,260 @@
+"""One bulk-embedding run: read the input in batches, send the batches not yet
+done to Ivy from a few worker threads, store each answer in the work
+directory, and assemble the output in input order once every batch is in."""
+
+from __future__ import annotations
+
+import importlib.util
+import queue
+import sys
+import threading
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+from tulip_rose_cli import readers, writers
+from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry
+from tulip_rose_cli.progress import Progress, retry_line
+from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
+
+# Exit codes (documented in --help and the README).
+OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 4, 130
+KINDS = {"dense": "dense", "sparse": "sparse", "multi-vector": "multi_vector"}
+DEFAULT_BATCH = 64
+
+
+class Exit(Exception):
+    """Ends the run with ``code`` and a message for the user."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Options:
+    input: Path
+    output: Path
+    url: str
+    input_format: str | None = None
+    column: str | None = None
+    id_column: str | None = None
+    output_format: str | None = None
+    kind: str = "dense"
+    batch_size: int | None = None
+    concurrency: int | None = None
+    prompt_name: str | None = None
+    dimensions: int | None = None
+    truncate: bool = True
+    strict: bool = False
+    fresh: bool = False
+    overwrite: bool = False
+    api_key: str | None = None
+    timeout: float = 120.0
+    retry_for: float = 600.0
+    progress_every: float = 10.0
+
+
+def _batches(rows, size: int):
+    it = iter(rows)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+class Run:
+    def __init__(self, opts: Options, stream=None):
+        self.opts = opts
+        self.stream = stream or sys.stderr
+        self.progress: Progress | None = None
+        self.ivy = Ivy(opts.url, opts.api_key, opts.timeout, Retry(give_up_after=opts.retry_for),
+                       on_retry=self._on_retry)
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.strict_hit = False
+        self.dim = 0  # the vector width /info announced (or --dimensions)
+
+    def say(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _on_retry(self, status: int, message: str, delay: float) -> None:
+        if self.progress is not None:
+            self.progress.retry(status, message, delay)
+        else:
+            self.say(retry_line(status, message, delay))
+
+    # Set-up: what the server serves decides the batch size, the
+    # concurrency and the vector width.
+
+    def _plan(self) -> tuple[str, str, int, int, dict]:
+        o = self.opts
+        if not o.input.is_file():
+            raise Exit(USAGE, f"{o.input}: no such file")
+        try:
+            in_fmt = readers.detect_format(o.input, o.input_format)
+            out_fmt = writers.output_format(o.output, o.output_format)
+        except (readers.InputError, ValueError) as e:
+            raise Exit(USAGE, str(e)) from None
+        if "parquet" in (in_fmt, out_fmt) and importlib.util.find_spec("pyarrow") is None:
+            raise Exit(USAGE, "Parquet needs pyarrow: pip install 'tulip-rose[cli]'")
+        kind = KINDS[o.kind]
+        if out_fmt == "npy" and kind != "dense":
+            raise Exit(USAGE, f"--kind {o.kind} needs Parquet output (.parquet); .npy holds dense vectors only")
+        work = WorkDir(o.output)
+        if o.output.exists() and not work.path.exists() and not o.overwrite:
+            raise Exit(USAGE, f"{o.output} exists; pass --overwrite to replace it")
+        try:
+            info = self.ivy.get_json("/info")
+        except ApiError as e:
+            raise Exit(SERVER, f"cannot get {o.url}/info: {e}") from None
+        if kind not in info.get("kinds", [kind]):
+            raise Exit(USAGE, f"the model {info.get('model_id')} serves {info.get('kinds')}, not {kind}")
+        most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
+        batch = o.batch_size or min(DEFAULT_BATCH, most)
+        if batch > most:
+            raise Exit(USAGE, f"--batch-size {batch} is over the gateway's limit of {most} inputs per request")
+        concurrency = o.concurrency or 2 * self._replicas()
+        dim = o.dimensions or int(info.get("dimension") or 0)
+        manifest = {
+            "input": readers.fingerprint(o.input), "input_format": in_fmt, "column": o.column,
+            "id_column": o.id_column, "batch_size": batch, "kind": kind, "prompt_name": o.prompt_name,
+            "dimensions": o.dimensions, "truncate": o.truncate, "model_id": info.get("model_id"),
+            "dimension": dim,
+        }
+        return in_fmt, out_fmt, batch, concurrency, manifest
+
+    def _replicas(self) -> int:
+        """Healthy replicas behind the gateway (1 when it does not say):
+        two requests per replica keep each busy while the next one travels."""
+        try:
+            ready = self.ivy.get_json("/ready")
+            return max(1, int(ready.get("healthy_replicas") or ready.get("replicas") or 1))
+        except (ApiError, ValueError):
+            return 1
+
+    # One batch.
+
+    def _process(self, k: int, rows: list[readers.Row], work: WorkDir) -> None:
+        o = self.opts
+        body = {"truncate": o.truncate, "priority": "batch"}
+        if o.prompt_name:
+            body["prompt_name"] = o.prompt_name
+        if o.dimensions:
+            body["dimensions"] = o.dimensions
+        kind = KINDS[o.kind]
+        good = [r for r in rows if r.text is not None]
+        errors = [_error(r, r.bad) for r in rows if r.bad is not None]
+        outputs, kept, tokens = [], [], 0
+        if good:
+            try:
+                res = self.ivy.embed(kind, [r.text for r in good], body)
+                outputs, kept, tokens = res.rows, good, res.tokens
+            except Rejected:
+                # Some row in the batch is bad: find which, one row at a time.
+                for r in good:
+                    try:
+                        res = self.ivy.embed(kind, [r.text], body)
+                    except Rejected as e:
+                        errors.append(_error(r, f"rejected by Ivy (HTTP {e.status}): {e.message}"))
+                        continue
+                    outputs.append(res.rows[0])
+                    kept.append(r)
+                    tokens += res.tokens
+        widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
+        if widths - {self.dim}:  # the file's vector column has one width
+            raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, "
+                                f"not the {self.dim} it announced")
+        errors.sort(key=lambda e: e["row"])
+        chunk = Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs,
+                      errors=errors, tokens=tokens)
+        work.write(k, chunk, kind, string_ids=bool(o.id_column))
+        self.progress.add(len(rows), tokens, len(errors))
+        if errors and o.strict:
+            self.strict_hit = True
+            self.stop.set()
+
+    def _worker(self, jobs: queue.Queue, work: WorkDir) -> None:
+        while (item := jobs.get()) is not None:
+            if self.stop.is_set():
+                continue
+            try:
+                self._process(*item, work)
+            except BaseException as e:  # reported by the main thread
+                self.failure = self.failure or e
+                self.stop.set()
+
+    # The whole run.
+
+    def run(self) -> int:
+        o = self.opts
+        in_fmt, out_fmt, batch, concurrency, manifest = self._plan()
+        self.dim = manifest["dimension"]
+        work = WorkDir(o.output)
+        try:
+            already = work.open(manifest, o.fresh)
+        except ResumeRefused as e:
+            raise Exit(USAGE, str(e)) from None
+        if already:
+            self.say(f"resuming: {already} batches of {batch} already in {work.path}")
+        self.progress = Progress(readers.count(o.input, in_fmt), every=o.progress_every, stream=self.stream)
+        jobs: queue.Queue = queue.Queue(maxsize=concurrency)
+        threads = [threading.Thread(target=self._worker, args=(jobs, work), daemon=True)
+                   for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        chunks = 0
+        try:
+            try:
+                rows = readers.rows(o.input, in_fmt, o.column, o.id_column)
+                for k, batch_rows in enumerate(_batches(rows, batch)):
+                    if self.stop.is_set():
+                        break
+                    chunks = k + 1
+                    if work.done(k):
+                        self.progress.skip(len(batch_rows))
+                        continue
+                    while not self.stop.is_set():
+                        try:
+                            jobs.put((k, batch_rows), timeout=0.2)
+                            break
+                        except queue.Full:
+                            pass
+            except readers.InputError as e:
+                self.failure = Exit(USAGE, str(e))
+                self.stop.set()
+            for _ in threads:
+                jobs.put(None)
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        except KeyboardInterrupt:
+            self.stop.set()
+            self.progress.close()
+            raise Exit(INTERRUPTED, f"interrupted; finished batches are kept in {work.path}: "
+                                    "rerun the same command to continue")
+        self.progress.close()
+        if self.failure is not None:
+            if isinstance(self.failure, Exit):
+                raise self.failure
+            code = SERVER if isinstance(self.failure, ApiError) else INTERNAL
+            raise Exit(code, f"stopped: {self.failure}; finished batches are kept in {work.path}: "
+                             "rerun the same command to continue") from self.failure
+        if self.strict_hit:
+            n = writers.write_errors(work, chunks, o.output)
+            raise Exit(STRICT_BAD_ROWS, f"--strict: stopped at bad rows ({n} so far, listed in "
+                                        f"{writers.errors_path(o.output)}); finished batches are kept in "
+                                        f"{work.path}")
+        missing = [k for k in range(chunks) if not work.done(k)]
+        if missing:  # cannot happen without a failure above; never assemble a file with holes
+            raise Exit(INTERNAL, f"batches {missing[:10]} are missing from {work.path}; rerun to redo them")
+        written, bad = writers.assemble(work, chunks, o.output, out_fmt, KINDS[o.kind],
+                                        manifest["dimension"], bool(o.id_column))
+        work.remove()
+        where = f", ids in {writers.ids_path(o.output)}" if out_fmt == "npy" else ""
+        bad_note = f"; {bad} bad rows in {writers.errors_path(o.output)}" if bad else ""
+        self.say(f"{self.progress.line()}\nwrote {written:,} rows to {o.output}{where}{bad_note}")
+        return OK
+
+
+def _error(row: readers.Row, reason: str) -> dict:
+    return {"row": row.index, "line": row.line, "id": row.id, "error": reason}
