@@ -206,23 +206,26 @@ def test_no_container_runs_as_root(profile_objects):
 
 
 def test_gpu_profile_reads_the_model_from_its_claim(gpu_objects):
-    for component in ("tulip", "ivy"):
-        deployment = one(gpu_objects, "Deployment", component)
-        pod = deployment["spec"]["template"]["spec"]
-        (volume,) = [v for v in pod["volumes"] if v["name"] == "model"]
-        assert volume["persistentVolumeClaim"] == {"claimName": "embedding-models", "readOnly": True}
-        (mount,) = [m for m in container(deployment, component)["volumeMounts"] if m["name"] == "model"]
-        assert mount == {"name": "model", "mountPath": "/models", "readOnly": True}
+    deployment = one(gpu_objects, "Deployment", "tulip")
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "model"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "embedding-models", "readOnly": True}
+    (mount,) = [m for m in container(deployment, "tulip")["volumeMounts"] if m["name"] == "model"]
+    assert mount == {"name": "model", "mountPath": "/models", "readOnly": True}
     model_dir = "/models/intfloat/multilingual-e5-large"
-    assert env(container(one(gpu_objects, "Deployment", "tulip"), "tulip"))["TULIP_MODEL"] == model_dir
-    assert env(container(one(gpu_objects, "Deployment", "ivy"), "ivy"))["IVY_TOKENIZER"] == model_dir
+    assert env(container(deployment, "tulip"))["TULIP_MODEL"] == model_dir
+    # Ivy gets the tokenizer from the replicas: no model files in its pods.
+    ivy = one(gpu_objects, "Deployment", "ivy")
+    assert "model" not in {v["name"] for v in ivy["spec"]["template"]["spec"]["volumes"]}
+    assert "IVY_TOKENIZER" not in env(container(ivy, "ivy"))
+    assert "initContainers" not in ivy["spec"]["template"]["spec"]
 
 
 def test_default_values_serve_the_embedded_model(default_objects):
     tulip = env(container(one(default_objects, "Deployment", "tulip"), "tulip"))
     ivy = env(container(one(default_objects, "Deployment", "ivy"), "ivy"))
     assert "TULIP_MODEL" not in tulip
-    assert ivy["IVY_TOKENIZER"] == "/opt/models/all-MiniLM-L6-v2"
+    assert "IVY_TOKENIZER" not in ivy
     for deployment in by_kind(default_objects, "Deployment"):
         assert "model" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
 
@@ -232,7 +235,9 @@ def test_init_hook_fills_a_per_pod_volume_before_the_servers_start(helm_bin):
         "model.source": "emptyDir", "model.path": "e5", "model.init.enabled": True,
         "model.init.image": "registry.example.com/fetch:1.0", "model.init.args": "{fetch,s3://models/e5}",
     })
-    for component in ("tulip", "ivy"):
+    ivy = one(objects, "Deployment", "ivy")["spec"]["template"]["spec"]
+    assert "initContainers" not in ivy and "model" not in {v["name"] for v in ivy["volumes"]}
+    for component in ("tulip",):
         deployment = one(objects, "Deployment", component)
         pod = deployment["spec"]["template"]["spec"]
         (init,) = pod["initContainers"]

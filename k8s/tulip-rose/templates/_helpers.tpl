@@ -213,8 +213,6 @@ Tulip instead of resolving the headless Service. */}}
     - name: IVY_DNS_INTERVAL
       value: {{ $i.dnsIntervalSeconds | quote }}
     {{- end }}
-    - name: IVY_TOKENIZER
-      value: {{ include "tulip-rose.modelDir" $ctx | quote }}
     - name: IVY_CONFIG
       value: /etc/ivy/templates.toml
     - name: IVY_HOST
@@ -283,9 +281,6 @@ Tulip instead of resolving the headless Service. */}}
     {{- with .socket }}
     - name: tulip-socket
       mountPath: {{ dir . }}
-    {{- end }}
-    {{- with include "tulip-rose.modelMount" $ctx }}
-    {{- . | trim | nindent 4 }}
     {{- end }}
 {{- end }}
 
