@@ -127,3 +127,49 @@ def test_a_query_overtakes_queued_batch_work_only_with_priorities(minilm_dir, lo
             assert overtaken >= 3, done
     finally:
         tulip.stop()
+
+
+@pytest.mark.parametrize("max_wait_ms", [200, 10**8], ids=["aging", "no-aging"])
+def test_batch_work_is_not_starved_by_a_steady_interactive_stream(minilm_dir, log_dir, max_wait_ms):
+    """Eight clients keep interactive work queued beyond every step's budget
+    (two sequences), so without aging a batch request would wait for the
+    stream to end; with it, it finishes while the stream still runs."""
+    tulip = Tulip(minilm_dir, log_dir=log_dir, max_batch_tokens=2 * LENGTH, batch_max_wait_ms=max_wait_ms)
+    try:
+        doc = [101] + [2000 + i for i in range(LENGTH - 2)] + [102]
+        stop = threading.Event()
+        answered_after_batch = []
+        batch_done = threading.Event()
+
+        def interactive() -> None:
+            with tulip.client() as c:
+                while not stop.is_set():
+                    c.embed_raw([doc], priority="interactive")
+                    if batch_done.is_set():
+                        answered_after_batch.append(1)
+
+        stream = [threading.Thread(target=interactive) for _ in range(8)]
+        for t in stream:
+            t.start()
+        wait_for(lambda: gauge(tulip, "tulip_queued_sequences") >= 4, "a standing interactive queue", timeout=60,
+                 every=0.005)
+        batch = threading.Thread(target=lambda: (tulip.client().embed_raw([doc], priority="batch"), batch_done.set()))
+        batch.start()
+        batch_done.wait(15)  # the stream runs this long at most
+        in_stream = batch_done.is_set()
+        time.sleep(0.5)  # interactive answers still arriving prove the stream was on
+        stop.set()
+        for t in stream:
+            t.join(60)
+        batch.join(60)
+        assert batch_done.is_set(), "the batch request never finished"
+        if max_wait_ms < 1000:
+            assert in_stream and answered_after_batch, "batch work waited for the stream to end"
+        else:
+            # The control: without aging, strict priority starves it.
+            assert not in_stream
+        assert series(tulip, "tulip_class_steps_total")["batch"] >= 1
+        m = re.search(r'^tulip_class_queue_duration_seconds_count\{class="batch"\} (\S+)$', tulip.metrics(), re.M)
+        assert m and float(m.group(1)) >= 1
+    finally:
+        tulip.stop()
