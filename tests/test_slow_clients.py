@@ -184,6 +184,8 @@ def test_a_body_trickled_a_byte_at_a_time_gets_408(ivy, path):
         assert "not received" in json.dumps(payload)
         assert closed_by_peer(s, PATIENCE)
         s.close()
+    document = json.loads(ivy.get("/openapi.json")[1])
+    assert "408" in document["paths"][path]["post"]["responses"]
 
 
 def test_hundreds_of_idle_keepalive_connections_are_closed(ivy):
