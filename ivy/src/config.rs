@@ -124,6 +124,10 @@ pub struct Config {
     #[arg(long, env = "IVY_DRAIN_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
     pub drain_timeout: Duration,
 
+    /// Connection timeouts and limits, TLS (see `net_config.rs`).
+    #[command(flatten)]
+    pub net: crate::net_config::NetConfig,
+
     /// Seconds between health checks of each replica.
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]
     pub health_interval: Duration,
@@ -199,7 +203,7 @@ impl FromStr for Secret {
     }
 }
 
-fn parse_seconds(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds"))?;

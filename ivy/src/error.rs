@@ -49,6 +49,9 @@ pub enum ApiError {
     /// The request's deadline passed.
     #[error("{0}")]
     Timeout(String),
+    /// The client did not send its request in time (--body-timeout).
+    #[error("{0}")]
+    ClientTimeout(String),
     /// A replica refused the request as invalid.
     #[error("{0}")]
     UpstreamInvalid(String),
@@ -97,14 +100,15 @@ impl ApiError {
             Self::Unsupported(_) => "unsupported",
             Self::ModelNotFound(_) => "model_not_found",
             Self::Timeout(_) => "timeout",
+            Self::ClientTimeout(_) => "client_timeout",
             Self::UpstreamInvalid(_) => "upstream_invalid",
             Self::Upstream(_) => "upstream",
             Self::Internal(_) => "internal",
         }
     }
 
-    /// OpenAI's family: 400 malformed, 401, 413, 415, 422 for every other
-    /// request problem, 429, 503, 504, 502 for replica failures, 500.
+    /// OpenAI's family: 400 malformed, 401, 408 for a body sent too slowly,
+    /// 413, 415, 422 for every other request problem, 429, 503, 504, 502 for replica failures, 500.
     pub fn openai_status(&self) -> StatusCode {
         match self {
             Self::Malformed(_) => StatusCode::BAD_REQUEST,
@@ -120,6 +124,7 @@ impl ApiError {
             Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::ClientTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Upstream(_) => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -156,6 +161,7 @@ impl ApiError {
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unhealthy"),
             Self::Unsupported(_) | Self::Upstream(_) => (StatusCode::FAILED_DEPENDENCY, "Backend"),
             Self::Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "Backend"),
+            Self::ClientTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "Validation"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "Backend"),
         }
     }
@@ -175,7 +181,7 @@ impl ApiError {
             Self::Unavailable(_) => Code::Unavailable,
             Self::Unsupported(_) => Code::FailedPrecondition,
             Self::ModelNotFound(_) => Code::NotFound,
-            Self::Timeout(_) => Code::DeadlineExceeded,
+            Self::Timeout(_) | Self::ClientTimeout(_) => Code::DeadlineExceeded,
             Self::Upstream(_) | Self::Internal(_) => Code::Internal,
         }
     }
@@ -217,6 +223,7 @@ mod tests {
             ApiError::Unsupported("m".into()),
             ApiError::ModelNotFound("m".into()),
             ApiError::Timeout("m".into()),
+            ApiError::ClientTimeout("m".into()),
             ApiError::UpstreamInvalid("m".into()),
             ApiError::Upstream("m".into()),
             ApiError::Internal("m".into()),
@@ -239,6 +246,11 @@ mod tests {
                 e.openai_status().is_server_error(),
                 "{e:?}"
             );
+            // A client too slow to send its body is its own fault, but
+            // gRPC has no code for it but DEADLINE_EXCEEDED.
+            if matches!(e, ApiError::ClientTimeout(_)) {
+                continue;
+            }
             let server_grpc = matches!(
                 e.grpc_code(),
                 tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Internal

@@ -8,37 +8,46 @@ use std::time::{Duration, Instant};
 use ivy_tokenizer::Direction;
 use proto::ivy::v1 as pb;
 use proto::ivy::v1::ivy_server::{Ivy, IvyServer};
-use tokio::net::TcpListener;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::conn_io::ConnIo;
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
 use crate::pipeline::{self, Inputs, Job, Kind, Options, Output, Priority};
 use crate::replicas::no_replica;
 use crate::request_id::{RequestId, HEADER};
 use crate::state::AppState;
+use crate::tls::Stream;
 
-/// Serves until `shutdown` resolves, then finishes in-flight calls.
+/// Serves until `shutdown` resolves, then finishes in-flight calls. HTTP/2
+/// keepalive pings close connections whose peer stopped answering (or
+/// reading): quiet for --idle-timeout, unanswered for --write-timeout.
 pub async fn serve(
     state: AppState,
-    listener: TcpListener,
+    incoming: impl futures_util::Stream<Item = std::io::Result<ConnIo<Stream>>> + Send + 'static,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
     let max = state.config.max_body_bytes;
+    let net = state.config.net.clone();
+    let drain_timeout = state.config.drain_timeout;
     let health = crate::grpc_health::service(state.clone());
     let service = IvyServer::new(IvyService { state })
         .max_decoding_message_size(max)
         .max_encoding_message_size(usize::MAX);
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(net.idle_timeout))
+        .http2_keepalive_timeout(Some(net.write_timeout));
+    if let Some(age) = net.grpc_max_connection_age {
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(drain_timeout);
+    }
+    builder
         .add_service(health)
         .add_service(service)
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| format!("gRPC server error: {e}"))
 }

@@ -6,15 +6,20 @@
 mod auth;
 mod balancer;
 mod batch_slots;
+mod body_deadline;
 mod config;
+mod conn_io;
 mod discovery;
 mod error;
 mod grpc;
 mod grpc_health;
 mod health;
 mod http;
+mod http_server;
 mod limits;
+mod listener;
 mod metrics;
+mod net_config;
 mod pipeline;
 mod replicas;
 mod request_id;
@@ -22,6 +27,7 @@ mod server;
 mod spin;
 mod state;
 mod templates;
+mod tls;
 mod tokenize;
 
 use std::time::Duration;

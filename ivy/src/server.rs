@@ -3,7 +3,6 @@
 //! refuse new work, let in-flight requests finish (up to --drain-timeout),
 //! then exit.
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 
 use ivy_tokenizer::Tokenizer;
@@ -15,11 +14,13 @@ use crate::batch_slots::BatchSlots;
 use crate::config::Config;
 use crate::discovery::{self, Source};
 use crate::limits::Admission;
+use crate::listener::Listener;
 use crate::metrics::Metrics;
 use crate::replicas::ReplicaSet;
 use crate::state::Gateway;
 use crate::templates::TemplateStore;
-use crate::{balancer, grpc, health, http};
+use crate::tls::{self, Alpn};
+use crate::{balancer, grpc, health, http, http_server};
 
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
@@ -48,13 +49,34 @@ pub async fn run(config: Config) -> Result<(), String> {
     health::spawn(Arc::clone(&replicas), config.health_interval);
     templates.spawn_watchers();
 
-    let http_listener = bind(&config.host, config.port).await?;
-    let grpc_listener = bind(&config.host, config.grpc_port).await?;
+    let net = &config.net;
+    let (http_tls, grpc_tls) = match (&net.tls_cert, &net.tls_key) {
+        (Some(cert), Some(key)) => (
+            Some(tls::acceptor(cert, key, Alpn::Http1)?),
+            Some(tls::acceptor(cert, key, Alpn::H2)?),
+        ),
+        _ => (None, None),
+    };
+    let http_listener = Listener::new(
+        bind(&config.host, config.port).await?,
+        http_tls,
+        net.max_connections,
+        net.timeouts(),
+        "http",
+    );
+    let grpc_listener = Listener::new(
+        bind(&config.host, config.grpc_port).await?,
+        grpc_tls,
+        net.max_connections,
+        net.timeouts(),
+        "grpc",
+    );
     tracing::info!(
         http = %format!("{}:{}", config.host, config.port),
         grpc = %format!("{}:{}", config.host, config.grpc_port),
         replicas = ?config.tulip, dns = ?config.tulip_dns, balance = ?config.balance,
-        chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(), "ivy listening"
+        chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(),
+        tls = config.net.tls_cert.is_some(), max_connections = config.net.max_connections, "ivy listening"
     );
     let spinner = crate::spin::Spinner::new(std::time::Duration::from_micros(config.busy_poll_us));
     if config.busy_poll_us > 0 {
@@ -79,14 +101,15 @@ pub async fn run(config: Config) -> Result<(), String> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let mut http = tokio::spawn(
-        axum::serve(http_listener, http::router(Arc::clone(&state)))
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-    );
+    let mut http = tokio::spawn(http_server::serve(
+        http_listener,
+        http::router(Arc::clone(&state)),
+        state.config.net.body_timeout,
+        stop_rx.clone(),
+    ));
     let mut grpc = tokio::spawn(grpc::serve(
         Arc::clone(&state),
-        grpc_listener,
+        grpc_listener.incoming(stopped(stop_rx.clone())),
         stopped(stop_rx),
     ));
 

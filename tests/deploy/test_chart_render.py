@@ -5,13 +5,14 @@ production profile: every object valid against the Kubernetes schemas
 from __future__ import annotations
 
 import copy
+import re
 
 import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.tools import (CHART, COMPOSE_FILE, GPU_PROFILE, KUBE_VERSION, by_kind, container, env, helm,
-                                one, render)
+from tests.deploy.tools import (CHART, COMPOSE_FILE, GPU_PROFILE, KUBE_VERSION, REPO, by_kind, container, env,
+                                helm, one, render)
 
 # The oldest Kubernetes the chart supports and the newest the validator knows.
 KUBE_VERSIONS = [KUBE_VERSION, kubernetes_validate.latest_version()]
@@ -287,3 +288,72 @@ def test_capture_list_reaches_tulip(helm_bin):
     tulip = env(container(one(objects, "Deployment", "tulip"), "tulip"))
     assert tulip["TULIP_CAPTURE"] == "1x128,4x2048"
     assert tulip["TULIP_GRAPHS"] == "false"
+
+
+def test_caches_live_on_the_writable_tmp_volume(profile_objects):
+    """With a read-only root, every cache the Tulip image points at (HOME,
+    XDG, Hugging Face, CUDA, Triton) must sit under /tmp, an emptyDir each
+    container mounts writable."""
+    dockerfile = (REPO / "deploy" / "tulip.Dockerfile").read_text()
+    paths = dict(re.findall(r"\b(HOME|XDG_CACHE_HOME|HF_HOME|CUDA_CACHE_PATH|TRITON_CACHE_DIR)=(\S+)", dockerfile))
+    assert {"HOME", "XDG_CACHE_HOME"} <= set(paths), paths
+    assert all(p == "/tmp" or p.startswith("/tmp/") for p in paths.values()), paths
+    _, objects = profile_objects
+    for name, pod in pod_specs(objects):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for c in pod["containers"]:
+            (tmp,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+            assert not tmp.get("readOnly"), (name, c["name"])
+            assert "emptyDir" in volumes[tmp["name"]], (name, c["name"])
+
+
+def test_ivy_has_no_tls_and_its_own_connection_defaults_by_default(profile_objects):
+    _, objects = profile_objects
+    ivy = container(one(objects, "Deployment", "ivy"), "ivy")
+    names = set(env(ivy))
+    assert not names & {"IVY_TLS_CERT", "IVY_TLS_KEY", "IVY_HEADER_TIMEOUT", "IVY_MAX_CONNECTIONS"}
+    assert ivy["readinessProbe"]["httpGet"].get("scheme", "HTTP") == "HTTP"
+
+
+CONNECTIONS = {"headerTimeoutSeconds": ("IVY_HEADER_TIMEOUT", 5), "bodyTimeoutSeconds": ("IVY_BODY_TIMEOUT", 20),
+               "idleTimeoutSeconds": ("IVY_IDLE_TIMEOUT", 90), "writeTimeoutSeconds": ("IVY_WRITE_TIMEOUT", 15),
+               "maxConnections": ("IVY_MAX_CONNECTIONS", 2000)}
+
+
+def test_connection_settings_reach_ivy_and_the_sidecar_as_real_flags(helm_bin):
+    sets = {f"ivy.connections.{k}": v for k, (_, v) in CONNECTIONS.items()}
+    objects = render(sets={**sets, "tulip.colocatedIvy.enabled": True})
+    known = {name for path in (REPO / "ivy" / "src").glob("*.rs")
+             for name in re.findall(r'env = "(IVY_[A-Z_]+)"', path.read_text())}
+    for component in ("ivy", "tulip"):
+        ivy = env(container(one(objects, "Deployment", component), "ivy"))
+        for var, value in CONNECTIONS.values():
+            assert var in known, var
+            assert ivy[var] == str(value), (component, var)
+
+
+def test_ivy_tls_from_a_secret(helm_bin):
+    objects = render(sets={"ivy.tls.secretName": "ivy-cert", "tulip.colocatedIvy.enabled": True,
+                           "metrics.serviceMonitor.enabled": True})
+    for component, prefix in (("ivy", ""), ("tulip", "ivy-")):
+        deployment = one(objects, "Deployment", component)
+        pod = deployment["spec"]["template"]["spec"]
+        ivy = container(deployment, "ivy")
+        variables = env(ivy)
+        (mount,) = [m for m in ivy["volumeMounts"] if m["name"] == f"{prefix}tls"]
+        assert mount == {"name": f"{prefix}tls", "mountPath": "/etc/ivy-tls", "readOnly": True}
+        assert variables["IVY_TLS_CERT"] == "/etc/ivy-tls/tls.crt"
+        assert variables["IVY_TLS_KEY"] == "/etc/ivy-tls/tls.key"
+        (volume,) = [v for v in pod["volumes"] if v["name"] == f"{prefix}tls"]
+        assert volume["secret"] == {"secretName": "ivy-cert"}
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert ivy[probe]["httpGet"]["scheme"] == "HTTPS", (component, probe)
+    annotations = one(objects, "Deployment", "ivy")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scheme"] == "https"
+    for m in by_kind(objects, "ServiceMonitor"):
+        (endpoint,) = m["spec"]["endpoints"]
+        component = m["metadata"]["labels"]["app.kubernetes.io/component"]
+        assert endpoint.get("scheme", "http") == ("http" if component == "tulip" else "https"), component
+    for obj in objects:
+        if obj["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)

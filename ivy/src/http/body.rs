@@ -15,7 +15,9 @@ pub fn json_body(
 ) -> Result<Value, ApiError> {
     check_content_type(headers)?;
     let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        if let Some(timeout) = crate::body_deadline::find(&e) {
+            ApiError::ClientTimeout(timeout.to_string())
+        } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit }
         } else {
             ApiError::Malformed(format!("could not read the request body: {e}"))

@@ -40,9 +40,10 @@ fn operation(
     op
 }
 
-const TEI_EMBED_ERRORS: [(&str, &str); 10] = [
+const TEI_EMBED_ERRORS: [(&str, &str); 11] = [
     ("400", "Body is not JSON, or no inputs (`Empty`)"),
     ("401", "Missing or wrong API key"),
+    ("408", "The body was not received within the body timeout (`Validation`)"),
     ("413", "Body too large, or a limit broken: too many inputs or tokens, an input too long without truncation, unknown prompt (`Validation`)"),
     ("415", "Content-Type is not application/json"),
     ("422", "JSON of the wrong shape: a missing field, a wrong type, a bad option value"),
@@ -53,10 +54,11 @@ const TEI_EMBED_ERRORS: [(&str, &str); 10] = [
     ("504", "The request did not finish within its timeout"),
 ];
 
-const OPENAI_ERRORS: [(&str, &str); 11] = [
+const OPENAI_ERRORS: [(&str, &str); 12] = [
     ("400", "Body is not JSON"),
     ("401", "Missing or wrong API key"),
     ("404", "The request names a model this gateway does not serve (code model_not_found)"),
+    ("408", "The body was not received within the body timeout"),
     ("413", "Body too large"),
     ("415", "Content-Type is not application/json"),
     ("422", "Invalid request: a missing field, a wrong type, too many inputs or tokens, an input too long without truncation"),
@@ -91,7 +93,7 @@ pub fn document(config: &Config) -> Value {
                 ok("OpenAiEmbeddingResponse", "Embeddings in input order"), errors("OpenAiError", &OPENAI_ERRORS)) },
             "/v1/models": { "get": operation("Served model names (OpenAI)", None,
                 ok("OpenAiModelList", "The names this gateway serves the model under"),
-                errors("OpenAiError", &[OPENAI_ERRORS[1], OPENAI_ERRORS[9]])) },
+                errors("OpenAiError", &[OPENAI_ERRORS[1], OPENAI_ERRORS[10]])) },
             "/v1/rerank": { "post": operation("Rerank documents against a query (Cohere/Jina shape)", Some("CohereRerankRequest"),
                 ok("CohereRerankResponse", "Documents best first"), errors("OpenAiError", &OPENAI_ERRORS)) },
             "/embed": { "post": operation("Dense embeddings (TEI)", Some("EmbedRequest"),
@@ -107,7 +109,7 @@ pub fn document(config: &Config) -> Value {
             "/tokenize": { "post": operation("Tokenize (TEI)", Some("TokenizeRequest"),
                 ok("TokenizeResponse", "Tokens per input"),
                 tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
-                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[6]])) },
+                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7]])) },
             "/info": { "get": operation("Served model and limits", None, ok("Info", "Model info"),
                 tei(&[("401", "Missing or wrong API key"), ("503", "No replica has answered yet")])) },
             "/openapi.json": { "get": operation("This document", None,

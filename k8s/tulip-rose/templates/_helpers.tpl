@@ -174,11 +174,15 @@ topologySpreadConstraints: {{- toYaml . | nindent 2 }}
 {{- end }}
 
 {{/* Pod annotations: prometheus.io scrape hints for the metrics port, plus
-the component's own: (dict "ctx" $ "port" 7071 "extra" .Values.tulip.podAnnotations). */}}
+the component's own: (dict "ctx" $ "port" 7071 "extra" .Values.tulip.podAnnotations),
+and "scheme" "https" when the port serves TLS. */}}
 {{- define "tulip-rose.podAnnotations" -}}
 {{- $annotations := deepCopy (default (dict) .extra) }}
 {{- if .ctx.Values.metrics.podAnnotations }}
 {{- $annotations = merge $annotations (dict "prometheus.io/scrape" "true" "prometheus.io/port" (toString .port) "prometheus.io/path" "/metrics") }}
+{{- with .scheme }}
+{{- $_ := set $annotations "prometheus.io/scheme" . }}
+{{- end }}
 {{- end }}
 {{- with $annotations }}
 {{- toYaml . }}
@@ -233,6 +237,18 @@ Tulip instead of resolving the headless Service. */}}
     - name: IVY_REQUEST_TIMEOUT
       value: {{ . | quote }}
     {{- end }}
+    {{- range $key, $var := dict "headerTimeoutSeconds" "IVY_HEADER_TIMEOUT" "bodyTimeoutSeconds" "IVY_BODY_TIMEOUT" "idleTimeoutSeconds" "IVY_IDLE_TIMEOUT" "writeTimeoutSeconds" "IVY_WRITE_TIMEOUT" "maxConnections" "IVY_MAX_CONNECTIONS" }}
+    {{- with index $i.connections $key }}
+    - name: {{ $var }}
+      value: {{ . | quote }}
+    {{- end }}
+    {{- end }}
+    {{- if $i.tls.secretName }}
+    - name: IVY_TLS_CERT
+      value: /etc/ivy-tls/tls.crt
+    - name: IVY_TLS_KEY
+      value: /etc/ivy-tls/tls.key
+    {{- end }}
     {{- with include "tulip-rose.ivyApiKeySecret" $ctx }}
     - name: IVY_API_KEY
       valueFrom:
@@ -254,16 +270,25 @@ Tulip instead of resolving the headless Service. */}}
     httpGet:
       path: /health
       port: {{ $p }}http
+      {{- if $i.tls.secretName }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml $i.probes.startup | nindent 4 }}
   readinessProbe:
     httpGet:
       path: /ready
       port: {{ $p }}http
+      {{- if $i.tls.secretName }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml $i.probes.readiness | nindent 4 }}
   livenessProbe:
     httpGet:
       path: /health
       port: {{ $p }}http
+      {{- if $i.tls.secretName }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml $i.probes.liveness | nindent 4 }}
   # Load balancers drop the pod from rotation before SIGTERM arrives.
   lifecycle:
@@ -278,6 +303,11 @@ Tulip instead of resolving the headless Service. */}}
       readOnly: true
     - name: {{ $p }}tmp
       mountPath: /tmp
+    {{- if $i.tls.secretName }}
+    - name: {{ $p }}tls
+      mountPath: /etc/ivy-tls
+      readOnly: true
+    {{- end }}
     {{- with .socket }}
     - name: tulip-socket
       mountPath: {{ dir . }}
@@ -293,6 +323,11 @@ Tulip instead of resolving the headless Service. */}}
 - name: {{ .prefix }}tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- with .ctx.Values.ivy.tls.secretName }}
+- name: {{ $.prefix }}tls
+  secret:
+    secretName: {{ . }}
+{{- end }}
 {{- end }}
 
 {{/* The co-located Ivy's Service: serves the Ivy sidecars of Tulip's pods. */}}
