@@ -112,7 +112,7 @@ ROUTES = {
     "/v1/embeddings": "post", "/embed": "post", "/embed_sparse": "post", "/embed_all": "post",
     "/rerank": "post", "/tokenize": "post", "/info": "get", "/health": "get", "/ready": "get",
     "/metrics": "get", "/openapi.json": "get", "/v1/models": "get", "/v1/rerank": "post",
-    "/similarity": "post",
+    "/similarity": "post", "/predict": "post",
 }
 
 
@@ -181,6 +181,8 @@ def test_document_lists_exactly_the_served_routes(ivy_minilm, openapi):
     ("/embed", {"inputs": 5}, 422),
     ("/embed_sparse", {"inputs": "a"}, 424),
     ("/rerank", {"query": "q", "texts": ["t"]}, 424),
+    ("/predict", {"inputs": "a"}, 424),
+    ("/predict", {"inputs": [["a", "b"], "c"]}, 422),
     ("/tokenize", {"inputs": ["a", "b c"]}, 200),
 ])
 def test_responses_match_the_document(ivy_minilm, openapi, path, payload, status):

@@ -1,19 +1,103 @@
-"""What the launcher does with models whose outputs tulip.v1 cannot carry."""
+"""Outputs beyond embeddings on the wire: a sequence classifier's logits
+(CLASSIFY, label names in Info) and SPLADE's vocabulary weights (SPARSE
+pairs), served by real processes against `transformers` and
+`sentence-transformers` on the same random weights."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import json
 
-from tests.models import tiny_reranker
-from tests.servers import REPO
+import numpy as np
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from tests import models
+from tests.rose.reference import cross_encoder_logits
+from tests.servers import Ivy, Tulip
+
+TEXTS = ["What is an embedding?", "A vector that captures the meaning of a text.",
+         "Search engines rank documents by the similarity of their vectors to the query's vector.", "a"]
+LABELS = ("no", "yes", "maybe")
 
 
-def test_classifier_is_refused_with_a_clear_error(tmp_path):
-    d = tiny_reranker(tmp_path / "classifier", arch="bert", labels=("no", "yes", "maybe"))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "tulip", "--model", str(d), "--port", "0", "--metrics-port", "0"],
-                       env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2, r.stderr
-    assert "outputs (classify) have no tulip.v1 output kind yet" in r.stderr, r.stderr
+def test_a_classifier_serves_one_logit_per_label(tmp_path, log_dir):
+    model_dir = models.tiny_reranker(tmp_path / "classifier", arch="bert", labels=LABELS)
+    tok = tokenizer_of(model_dir)
+    encodings = [tok.encode(t) for t in TEXTS]
+    pair = tok.encode(TEXTS[0], TEXTS[1])
+    want = cross_encoder_logits(model_dir, [e.ids for e in encodings + [pair]],
+                                [e.type_ids for e in encodings + [pair]], all_labels=True)
+    tulip = Tulip(str(model_dir), log_dir=log_dir, threads=1)
+    try:
+        with tulip.client() as c:
+            info = c.info()
+            assert list(info.labels) == list(LABELS)
+            assert c.pb2.OUTPUT_KIND_CLASSIFY in info.kinds
+            got = c.embed([e.ids for e in encodings], kind="classify").values
+            with pytest.raises(Exception) as e:
+                c.embed([encodings[0].ids], kind="dense")
+            assert "does not produce dense" in str(e.value)
+        ivy = Ivy([tulip.url], tokenizer=False, log_dir=log_dir)
+        try:
+            single = ivy.post_json("/predict", {"inputs": TEXTS[0]})
+            batch = ivy.post_json("/predict", {"inputs": TEXTS})
+            pairs = ivy.post_json("/predict", {"inputs": [[TEXTS[0], TEXTS[1]]], "raw_scores": True})
+            info = ivy.get("/info")
+        finally:
+            ivy.stop()
+    finally:
+        tulip.stop()
+    assert got.shape == (len(TEXTS), len(LABELS))
+    np.testing.assert_allclose(got, want[:len(TEXTS)].numpy(), atol=1e-4)
+    # Through Ivy, TEI's /predict: labels best first, softmax unless raw.
+    probs = torch.softmax(want, dim=-1).numpy()
+
+    def as_dict(preds):
+        scores = [p["score"] for p in preds]
+        assert scores == sorted(scores, reverse=True)
+        return {p["label"]: p["score"] for p in preds}
+
+    assert single[0] == 200 and batch[0] == 200 and pairs[0] == 200, (single, batch, pairs)
+    for i, preds in enumerate([single[1]] + batch[1]):
+        row = 0 if i == 0 else i - 1
+        got_row = as_dict(preds)
+        np.testing.assert_allclose([got_row[label] for label in LABELS], probs[row], atol=1e-4)
+    (pair_preds,) = pairs[1]
+    np.testing.assert_allclose([as_dict(pair_preds)[label] for label in LABELS], want[-1].numpy(), atol=1e-4)
+    model_type = json.loads(info[1])["model_type"]
+    assert model_type == {"classifier": {"id2label": {"0": "no", "1": "yes", "2": "maybe"},
+                                         "label2id": {"no": 0, "yes": 1, "maybe": 2}}}
+
+
+def tokenizer_of(model_dir) -> Tokenizer:
+    return Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("arch", ["bert", "xlm-roberta"])
+def test_splade_weights_through_ivy_match_sentence_transformers(arch, tmp_path, log_dir):
+    from sentence_transformers import SparseEncoder
+
+    model_dir = models.tiny_splade(tmp_path / arch, arch=arch)
+    want = SparseEncoder(str(model_dir), device="cpu").encode(TEXTS, convert_to_tensor=True).to_dense().float()
+    tulip = Tulip(str(model_dir), log_dir=log_dir, threads=1)
+    try:
+        ivy = Ivy([tulip.url], tokenizer=False, log_dir=log_dir)
+        try:
+            status, body = ivy.post_json("/embed_sparse", {"inputs": TEXTS})
+        finally:
+            ivy.stop()
+    finally:
+        tulip.stop()
+    assert status == 200, body
+    got = torch.zeros_like(want)
+    for row, pairs in enumerate(body):
+        indices = [p["index"] for p in pairs]
+        assert indices == sorted(indices) and all(p["value"] > 0 for p in pairs)
+        for p in pairs:
+            got[row, p["index"]] = p["value"]
+    cos = torch.nn.functional.cosine_similarity(got.double(), want.double())
+    assert cos.min() >= 0.999, cos
+    # The same vocabulary entries carry weight (tiny ones may round to zero).
+    strong = want > 1e-3 * want.max()
+    assert torch.equal(strong, strong & (got > 0))

@@ -28,7 +28,7 @@ import numpy as np
 
 PROTO_ROOT = Path(__file__).resolve().parents[1] / "proto"
 
-KINDS = {"dense": 1, "sparse": 2, "multi_vector": 3, "score": 4}
+KINDS = {"dense": 1, "sparse": 2, "multi_vector": 3, "score": 4, "classify": 5}
 PRIORITIES = {"unspecified": 0, "interactive": 1, "batch": 2}
 
 
@@ -221,7 +221,7 @@ class TulipClient:
 def decode(resp) -> Output:
     kind = {v: k for k, v in KINDS.items()}[resp.kind]
     data = np.frombuffer(resp.data, dtype="<f4")
-    if kind in ("dense", "score"):
+    if kind in ("dense", "score", "classify"):
         values = data.reshape(resp.rows, resp.dim)
     elif kind == "multi_vector":
         values, start = [], 0

@@ -11,9 +11,9 @@ import signal
 import sys
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-# ROSE output kinds that tulip.v1 carries (a classifier's "classify" and
-# SPLADE's "sparse_vocab" are computed by ROSE but have no wire format yet).
-SERVED_KINDS = ("dense", "sparse", "multi_vector", "score")
+# ROSE output kinds that tulip.v1 carries (SPLADE's "sparse_vocab" travels
+# as SPARSE pairs of vocabulary ids).
+SERVED_KINDS = ("dense", "sparse", "multi_vector", "score", "classify", "sparse_vocab")
 
 
 def default_model_dir() -> str | None:

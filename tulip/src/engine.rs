@@ -15,9 +15,14 @@ use crate::metrics::Mode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     Dense,
+    /// Per-token lexical weights (BGE-M3).
     Sparse,
     MultiVector,
     Score,
+    /// One logit per label.
+    Classify,
+    /// One weight per vocabulary entry (SPLADE); on the wire it is SPARSE.
+    SparseVocab,
 }
 
 impl Kind {
@@ -27,31 +32,44 @@ impl Kind {
             Self::Sparse => "sparse",
             Self::MultiVector => "multi_vector",
             Self::Score => "score",
+            Self::Classify => "classify",
+            Self::SparseVocab => "sparse_vocab",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Dense, Self::Sparse, Self::MultiVector, Self::Score]
-            .into_iter()
-            .find(|k| k.as_str() == name)
+        [
+            Self::Dense,
+            Self::Sparse,
+            Self::MultiVector,
+            Self::Score,
+            Self::Classify,
+            Self::SparseVocab,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
     }
 
     /// The wire enum; unspecified means dense. `None` for unknown values.
+    /// SPARSE is per-token weights here; `ModelInfo::engine_kind` picks
+    /// the vocabulary kind for a SPLADE model.
     pub fn from_proto(value: i32) -> Option<Self> {
         match OutputKind::try_from(value).ok()? {
             OutputKind::Unspecified | OutputKind::Dense => Some(Self::Dense),
             OutputKind::Sparse => Some(Self::Sparse),
             OutputKind::MultiVector => Some(Self::MultiVector),
             OutputKind::Score => Some(Self::Score),
+            OutputKind::Classify => Some(Self::Classify),
         }
     }
 
     pub fn to_proto(self) -> OutputKind {
         match self {
             Self::Dense => OutputKind::Dense,
-            Self::Sparse => OutputKind::Sparse,
+            Self::Sparse | Self::SparseVocab => OutputKind::Sparse,
             Self::MultiVector => OutputKind::MultiVector,
             Self::Score => OutputKind::Score,
+            Self::Classify => OutputKind::Classify,
         }
     }
 }
@@ -76,6 +94,34 @@ pub struct ModelInfo {
     pub tokenizer_sha256: String,
     pub prompts: std::collections::HashMap<String, String>,
     pub default_prompt_name: String,
+    /// A classifier's label names (empty otherwise).
+    pub labels: Vec<String>,
+}
+
+impl ModelInfo {
+    /// The engine's kind for a kind asked on the wire: SPARSE is a SPLADE
+    /// model's vocabulary weights when that is what it produces.
+    pub fn engine_kind(&self, asked: Kind) -> Kind {
+        if asked == Kind::Sparse
+            && !self.kinds.contains(&Kind::Sparse)
+            && self.kinds.contains(&Kind::SparseVocab)
+        {
+            Kind::SparseVocab
+        } else {
+            asked
+        }
+    }
+
+    /// The kinds as the wire names them (SPLADE's as SPARSE), once each.
+    pub fn wire_kinds(&self) -> Vec<OutputKind> {
+        let mut out: Vec<OutputKind> = Vec::new();
+        for k in &self.kinds {
+            if !out.contains(&k.to_proto()) {
+                out.push(k.to_proto());
+            }
+        }
+        out
+    }
 }
 
 /// One batch as the engine's int32 arena (see `rose/interface.py`, class
@@ -228,6 +274,12 @@ impl EngineHandle {
                 .transpose()?
                 .unwrap_or_default(),
             default_prompt_name: optional(&info, "default_prompt_name")?,
+            labels: info
+                .getattr("labels")
+                .ok()
+                .map(|l| l.extract())
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 

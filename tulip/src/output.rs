@@ -13,7 +13,7 @@ use crate::engine::Kind;
 /// How many engine rows a sequence of `len` tokens gets.
 pub fn rows_for(kind: Kind, len: usize) -> usize {
     match kind {
-        Kind::Dense | Kind::Score => 1,
+        Kind::Dense | Kind::Score | Kind::Classify | Kind::SparseVocab => 1,
         Kind::MultiVector => len.saturating_sub(1),
         Kind::Sparse => len,
     }
@@ -29,6 +29,8 @@ pub enum Accumulator {
     Rows { dim: usize, per_seq: Vec<Vec<u8>> },
     /// (token id, weight) pairs per sequence, sorted by id.
     Sparse { per_seq: Vec<Vec<(u32, f32)>> },
+    /// The same from one row of vocabulary weights per sequence (SPLADE).
+    VocabSparse { per_seq: Vec<Vec<(u32, f32)>> },
 }
 
 impl Accumulator {
@@ -36,7 +38,7 @@ impl Accumulator {
     /// multi-vector: the model's multi-vector dimension).
     pub fn new(kind: Kind, sequences: usize, dim: usize) -> Self {
         match kind {
-            Kind::Dense => Self::Fixed {
+            Kind::Dense | Kind::Classify => Self::Fixed {
                 dim,
                 data: vec![0; sequences * dim * 4],
             },
@@ -48,6 +50,9 @@ impl Accumulator {
                 per_seq: vec![Vec::new(); sequences],
             },
             Kind::Sparse => Self::Sparse {
+                per_seq: vec![Vec::new(); sequences],
+            },
+            Kind::SparseVocab => Self::VocabSparse {
                 per_seq: vec![Vec::new(); sequences],
             },
         }
@@ -88,6 +93,14 @@ impl Accumulator {
             Self::Sparse { per_seq } => {
                 per_seq[index] = sparse_weights(tokens, rows);
             }
+            Self::VocabSparse { per_seq } => {
+                per_seq[index] = rows
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &w)| w > 0.0)
+                    .map(|(id, &w)| (id as u32, w))
+                    .collect();
+            }
         }
     }
 
@@ -118,7 +131,7 @@ impl Accumulator {
                 resp.rows = resp.row_counts.iter().sum();
                 resp.data = Bytes::from(per_seq.concat());
             }
-            Self::Sparse { per_seq } => {
+            Self::Sparse { per_seq } | Self::VocabSparse { per_seq } => {
                 resp.dim = 1;
                 resp.row_counts = per_seq.iter().map(|r| r.len() as u32).collect();
                 resp.rows = resp.row_counts.iter().sum();
@@ -192,6 +205,21 @@ mod tests {
         assert_eq!(r.row_counts, vec![2, 0]);
         assert_eq!(r.rows, 2);
         assert_eq!(floats(&r.data), vec![1.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn vocabulary_weights_become_sorted_pairs_and_classifier_logits_rows() {
+        let mut acc = Accumulator::new(Kind::SparseVocab, 1, 1);
+        acc.put(0, &[0.0, 0.5, 0.0, 2.0], 4, &[7, 8], false);
+        let r = acc.finish(Kind::SparseVocab, 1);
+        assert_eq!(r.kind, proto::tulip::v1::OutputKind::Sparse as i32);
+        assert_eq!((r.row_counts, r.sparse_indices), (vec![2], vec![1, 3]));
+        assert_eq!(floats(&r.data), vec![0.5, 2.0]);
+        let mut acc = Accumulator::new(Kind::Classify, 1, 3);
+        acc.put(0, &[-1.0, 0.5, 2.0], 3, &[], false);
+        let r = acc.finish(Kind::Classify, 1);
+        assert_eq!((r.rows, r.dim), (1, 3));
+        assert_eq!(floats(&r.data), vec![-1.0, 0.5, 2.0]);
     }
 
     #[test]

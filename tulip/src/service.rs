@@ -138,7 +138,7 @@ impl Tulip for TulipService {
             vocab_size: m.vocab_size,
             pooling: m.pooling.clone(),
             normalize_default: m.normalize_default,
-            kinds: m.kinds.iter().map(|k| k.to_proto() as i32).collect(),
+            kinds: m.wire_kinds().into_iter().map(|k| k as i32).collect(),
             multi_vector_dimension: m.multi_vector_dimension,
             dtype: m.dtype.clone(),
             device: m.device.clone(),
@@ -149,6 +149,7 @@ impl Tulip for TulipService {
             tokenizer_sha256: m.tokenizer_sha256.clone(),
             prompts: m.prompts.clone(),
             default_prompt_name: m.default_prompt_name.clone(),
+            labels: m.labels.clone(),
         }))
     }
 }

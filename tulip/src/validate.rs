@@ -28,6 +28,7 @@ pub fn validate(
             let n = offsets.len() - 1;
             let width = match kind {
                 Kind::MultiVector => model.multi_vector_dimension,
+                Kind::Classify => model.labels.len() as u32,
                 _ => dimensions,
             };
             Ok(Request {
@@ -57,7 +58,7 @@ type Checked = (Kind, Class, u32, bool, Vec<u32>);
 
 fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Checked, TulipError> {
     let invalid = |m: String| Err(TulipError::InvalidArgument(m));
-    let Some(kind) = Kind::from_proto(req.kind) else {
+    let Some(kind) = Kind::from_proto(req.kind).map(|k| model.engine_kind(k)) else {
         return invalid(format!("unknown output kind {}", req.kind));
     };
     if !model.kinds.contains(&kind) {
@@ -154,6 +155,7 @@ mod tests {
             tokenizer_sha256: String::new(),
             prompts: Default::default(),
             default_prompt_name: String::new(),
+            labels: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ mod fields;
 mod openai;
 mod openapi;
 mod ops;
+mod predict;
 mod respond;
 mod tei;
 
@@ -36,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .route("/embed_sparse", post(tei::embed_sparse))
         .route("/embed_all", post(tei::embed_all))
         .route("/rerank", post(tei::rerank))
+        .route("/predict", post(predict::predict))
         .route("/similarity", post(tei::similarity))
         .route("/tokenize", post(tei::tokenize))
         .route("/info", get(ops::info))

@@ -104,6 +104,8 @@ pub fn document(config: &Config) -> Value {
                 ok("EmbedAllResponse", "Vectors per input"), tei_embed()) },
             "/rerank": { "post": operation("Rerank texts against a query (TEI)", Some("RerankRequest"),
                 ok("RerankResponse", "Texts best first"), tei_embed()) },
+            "/predict": { "post": operation("Classify texts or text pairs (TEI)", Some("PredictRequest"),
+                ok("PredictResponse", "Labels with scores, best first; one list per input for a list"), tei_embed()) },
             "/similarity": { "post": operation("Cosine similarity of a sentence to others (TEI)", Some("SimilarityRequest"),
                 ok("SimilarityResponse", "One similarity per sentence, in order"), tei_embed()) },
             "/tokenize": { "post": operation("Tokenize (TEI)", Some("TokenizeRequest"),
@@ -223,6 +225,20 @@ fn schemas() -> Value {
             "truncate": truncate(false), "truncation_direction": direction,
             "raw_scores": { "type": "boolean", "default": false }, "return_text": { "type": "boolean", "default": false },
             "priority": priority } },
+        "PredictRequest": { "type": "object", "required": ["inputs"], "properties": {
+            "inputs": { "oneOf": [
+                { "type": "string" },
+                { "type": "array", "minItems": 2, "maxItems": 2, "items": { "type": "string" } },
+                { "type": "array", "minItems": 1, "items": { "oneOf": [
+                    { "type": "string" },
+                    { "type": "array", "minItems": 2, "maxItems": 2, "items": { "type": "string" } } ] } } ] },
+            "raw_scores": { "type": "boolean", "default": false }, "truncate": truncate(false),
+            "truncation_direction": direction, "priority": priority } },
+        "PredictResponse": { "oneOf": [
+            { "type": "array", "items": schema("Prediction") },
+            { "type": "array", "items": { "type": "array", "items": schema("Prediction") } } ] },
+        "Prediction": { "type": "object", "required": ["score", "label"], "properties": {
+            "score": { "type": "number" }, "label": { "type": "string" } } },
         "RerankResponse": { "type": "array", "items": { "type": "object", "required": ["index", "score"], "properties": {
             "index": { "type": "integer" }, "score": { "type": "number" }, "text": { "type": "string" } } } },
         "TokenizeRequest": { "type": "object", "required": ["inputs"], "properties": {

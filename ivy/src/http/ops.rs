@@ -53,6 +53,20 @@ pub async fn info(State(state): State<AppState>) -> Response {
             // TEI names a cross-encoder a reranker, with its labels.
             let model_type = if kinds == [Kind::Score] {
                 json!({ "reranker": { "id2label": { "0": "LABEL_0" }, "label2id": { "LABEL_0": 0 } } })
+            } else if kinds == [Kind::Classify] {
+                let id2label: serde_json::Map<String, serde_json::Value> = m
+                    .labels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (i.to_string(), json!(l)))
+                    .collect();
+                let label2id: serde_json::Map<String, serde_json::Value> = m
+                    .labels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (l.clone(), json!(i)))
+                    .collect();
+                json!({ "classifier": { "id2label": id2label, "label2id": label2id } })
             } else {
                 json!({ "embedding": { "pooling": m.pooling } })
             };

@@ -42,7 +42,7 @@ impl Api {
 
 /// A bounded metric label for a matched route.
 pub fn endpoint_label(path: &str) -> &'static str {
-    const KNOWN: [&str; 13] = [
+    const KNOWN: [&str; 14] = [
         "embeddings",
         "similarity",
         "models",
@@ -50,6 +50,7 @@ pub fn endpoint_label(path: &str) -> &'static str {
         "embed_sparse",
         "embed_all",
         "rerank",
+        "predict",
         "tokenize",
         "info",
         "openapi.json",

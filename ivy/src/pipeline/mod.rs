@@ -31,6 +31,8 @@ pub enum Kind {
     MultiVector,
     /// Cross-encoder relevance scores of (query, text) pairs.
     Score,
+    /// A classifier's logits, one per label.
+    Classify,
 }
 
 impl Kind {
@@ -40,6 +42,7 @@ impl Kind {
             Self::Sparse => OutputKind::Sparse,
             Self::MultiVector => OutputKind::MultiVector,
             Self::Score => OutputKind::Score,
+            Self::Classify => OutputKind::Classify,
         }
     }
 
@@ -50,6 +53,7 @@ impl Kind {
             Self::Sparse => "sparse",
             Self::MultiVector => "multi_vector",
             Self::Score => "score",
+            Self::Classify => "classify",
         }
     }
 
@@ -59,6 +63,7 @@ impl Kind {
             OutputKind::Sparse => Some(Self::Sparse),
             OutputKind::MultiVector => Some(Self::MultiVector),
             OutputKind::Score => Some(Self::Score),
+            OutputKind::Classify => Some(Self::Classify),
         }
     }
 }
@@ -100,6 +105,8 @@ pub enum Inputs {
         query: String,
         texts: Vec<String>,
     },
+    /// Text pairs, each its own (a classifier over sentence pairs).
+    PairList(Vec<(String, String)>),
 }
 
 impl Inputs {
@@ -108,6 +115,7 @@ impl Inputs {
             Self::Texts(t) => t.len(),
             Self::Ids(i) => i.len(),
             Self::Pairs { texts, .. } => texts.len(),
+            Self::PairList(pairs) => pairs.len(),
         }
     }
 }

@@ -39,6 +39,17 @@ pub async fn tokenize(
             tokenize_texts(&state.tokenizer()?, texts, truncation).await
         }
         Inputs::Ids(ids) => check_ids(ids, truncation, model.vocab_size),
+        Inputs::PairList(pairs) => {
+            let tokenizer = state.tokenizer()?;
+            let mut out = Tokenized::default();
+            for (first, second) in &pairs {
+                let one =
+                    encode_pairs(&tokenizer, first, std::slice::from_ref(second), truncation)?;
+                out.token_ids.extend(one.token_ids);
+                out.lengths.extend(one.lengths);
+            }
+            Ok(out)
+        }
         Inputs::Pairs { query, texts } => {
             let tokenizer = state.tokenizer()?;
             if texts.len() <= INLINE_PAIRS {

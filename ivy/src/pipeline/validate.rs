@@ -47,6 +47,15 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
             }
             no_empty_text(texts, "texts")
         }
+        Inputs::PairList(pairs) => {
+            match pairs.iter().position(|(a, b)| a.is_empty() || b.is_empty()) {
+                Some(i) => Err(ApiError::validation(
+                    "inputs",
+                    format!("inputs[{i}] holds an empty string"),
+                )),
+                None => Ok(()),
+            }
+        }
         Inputs::Ids(_) => {
             if job.options.prompt_name.is_some() {
                 return Err(ApiError::validation(

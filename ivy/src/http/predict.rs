@@ -1,0 +1,200 @@
+//! `POST /predict`, as text-embeddings-inference serves it: a sequence
+//! classifier's labels with their scores, best first. `inputs` is a text, a
+//! pair of texts (`["premise", "hypothesis"]`), or a list of texts or pairs
+//! (the answer is then one list per input). A cross-encoder with one label
+//! answers too, with that label.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::body::json_body;
+use super::fields::{self, Object};
+use super::respond::{finish, json_timed, to_json, Api};
+use crate::error::ApiError;
+use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
+use crate::replicas::no_replica;
+use crate::state::AppState;
+
+pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let obj = fields::object(
+            json_body(&headers, body, state.config.max_body_bytes)?,
+            "inputs",
+        )?;
+        let (inputs, batch) = parse_inputs(&obj)?;
+        let model = state.replicas.model().ok_or_else(no_replica)?;
+        let classifier = model
+            .kinds
+            .contains(&(proto::tulip::v1::OutputKind::Classify as i32));
+        let raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
+        let job = Job {
+            kind: if classifier {
+                Kind::Classify
+            } else {
+                Kind::Score
+            },
+            inputs,
+            options: Options {
+                truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(false),
+                direction: fields::direction(&obj)?,
+                priority: fields::priority(&obj)?,
+                raw_scores,
+                ..Options::default()
+            },
+        };
+        let out = pipeline::run(&state, job, state.deadline()).await?;
+        let labels: Vec<String> = if classifier {
+            model.labels.clone()
+        } else {
+            vec!["LABEL_0".into()]
+        };
+        let predictions = predictions(&out, classifier, raw_scores, &labels)?;
+        let body = if batch {
+            to_json(&predictions)?
+        } else {
+            to_json(&predictions[0])?
+        };
+        Ok(json_timed(body, &out, started))
+    }
+    .await;
+    finish(&state, Api::Tei, "predict", result)
+}
+
+// The body as bytes, or why it could not be read (too large: 413).
+type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
+
+#[derive(Serialize)]
+struct Prediction<'a> {
+    score: f32,
+    label: &'a str,
+}
+
+/// `inputs` as TEI reads it: whether it is a batch, and the sequences.
+fn parse_inputs(obj: &Object) -> Result<(Inputs, bool), ApiError> {
+    let field = "inputs";
+    let shape = "`inputs` must be a string, a pair of strings, or a list of strings or pairs";
+    let pair = |v: &Value| match v.as_array().map(Vec::as_slice) {
+        Some([Value::String(a), Value::String(b)]) => Some((a.clone(), b.clone())),
+        _ => None,
+    };
+    let items = match obj.get(field) {
+        None | Some(Value::Null) => return Err(ApiError::schema(field, "missing field `inputs`")),
+        Some(Value::String(s)) => return Ok((Inputs::Texts(vec![s.clone()]), false)),
+        Some(v) if pair(v).is_some() => {
+            return Ok((Inputs::PairList(vec![pair(v).unwrap_or_default()]), false))
+        }
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err(ApiError::Empty("`inputs` must not be empty".into()))
+        }
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(ApiError::schema(field, shape)),
+    };
+    if items.iter().all(Value::is_string) {
+        let texts = items.iter().filter_map(|v| v.as_str().map(str::to_string));
+        return Ok((Inputs::Texts(texts.collect()), true));
+    }
+    let mut pairs = Vec::with_capacity(items.len());
+    for (i, v) in items.iter().enumerate() {
+        match pair(v) {
+            Some(p) => pairs.push(p),
+            None => {
+                return Err(ApiError::schema(
+                    field,
+                    format!("inputs[{i}] must be a pair of strings like the other items ({shape})"),
+                ))
+            }
+        }
+    }
+    Ok((Inputs::PairList(pairs), true))
+}
+
+/// Each input's labels with their scores, best first: softmax over the
+/// logits (or the logits themselves with `raw_scores`); a one-label
+/// cross-encoder's score as Tulip gives it (sigmoid unless raw).
+fn predictions<'a>(
+    out: &Output,
+    classifier: bool,
+    raw_scores: bool,
+    labels: &'a [String],
+) -> Result<Vec<Vec<Prediction<'a>>>, ApiError> {
+    if classifier && out.dim != labels.len() {
+        return Err(ApiError::Upstream(format!(
+            "the replica answered {} values per input for a model with {} labels",
+            out.dim,
+            labels.len()
+        )));
+    }
+    let mut all = Vec::with_capacity(out.sequences);
+    for i in 0..out.sequences {
+        let scores: Vec<f32> = if classifier {
+            let logits: Vec<f32> = out
+                .row(i)
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            if raw_scores {
+                logits
+            } else {
+                softmax(&logits)
+            }
+        } else {
+            vec![out.score(i)]
+        };
+        let mut one: Vec<Prediction> = scores
+            .into_iter()
+            .zip(labels)
+            .map(|(score, label)| Prediction { score, label })
+            .collect();
+        one.sort_by(|a, b| b.score.total_cmp(&a.score));
+        all.push(one);
+    }
+    Ok(all)
+}
+
+fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+    let sum: f32 = exp.iter().sum();
+    exp.into_iter().map(|e| e / sum).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<(Inputs, bool), ApiError> {
+        parse_inputs(json!({ "inputs": v }).as_object().unwrap())
+    }
+
+    #[test]
+    fn inputs_read_as_tei_reads_them() {
+        assert!(matches!(parse(json!("a")), Ok((Inputs::Texts(t), false)) if t == ["a"]));
+        assert!(
+            matches!(parse(json!(["a", "b"])), Ok((Inputs::PairList(p), false)) if p.len() == 1)
+        );
+        assert!(matches!(parse(json!(["a"])), Ok((Inputs::Texts(t), true)) if t == ["a"]));
+        assert!(
+            matches!(parse(json!(["a", "b", "c"])), Ok((Inputs::Texts(t), true)) if t.len() == 3)
+        );
+        assert!(
+            matches!(parse(json!([["a", "b"], ["c", "d"]])), Ok((Inputs::PairList(p), true)) if p.len() == 2)
+        );
+        assert!(parse(json!([])).is_err());
+        assert!(parse(json!([["a", "b"], "c"])).is_err());
+        assert!(parse(json!(3)).is_err());
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_keeps_order() {
+        let p = softmax(&[1.0, 3.0, 2.0]);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(p[1] > p[2] && p[2] > p[0]);
+    }
+}
