@@ -53,6 +53,10 @@ class ModelInfo:
     # can tell that two replicas agree.
     tokenizer_file: str = ""
     tokenizer_sha256: str = ""
+    # Causal-LM rerankers: the text a (query, document) pair becomes, with
+    # {query} and {document} to fill, tokenized without special tokens
+    # ("" = an ordinary pair encoding).
+    pair_template: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,6 +108,7 @@ class Engine:
             prompts=dict(spec.pipeline.prompts) if spec.pipeline else {},
             default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
             labels=spec.labels if OutputKind.CLASSIFY in model.kinds else (),
+            pair_template=getattr(model, "pair_template", ""),
             **_tokenizer_identity(spec.path),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,

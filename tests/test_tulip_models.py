@@ -101,3 +101,40 @@ def test_splade_weights_through_ivy_match_sentence_transformers(arch, tmp_path, 
     # The same vocabulary entries carry weight (tiny ones may round to zero).
     strong = want > 1e-3 * want.max()
     assert torch.equal(strong, strong & (got > 0))
+
+
+def test_qwen3_reranker_through_ivy_rerank_uses_the_models_prompt(tmp_path, log_dir):
+    """Ivy writes each (query, document) pair into Qwen3-Reranker's prompt
+    (the template Tulip's Info carries) and the scores equal
+    logit(yes) - logit(no) of transformers' Qwen3ForCausalLM on the model
+    card's formatting."""
+    from transformers import AutoModelForCausalLM
+
+    from rose.config import ModelSpec
+    from tests.rose.test_architectures import qwen3_rerank_ids
+
+    model_dir = models.tiny_qwen3_reranker(tmp_path / "qwen3-rerank", seed=9)
+    query = "what is the capital of france"
+    seqs = qwen3_rerank_ids(model_dir, query, TEXTS)
+    yes, no = ModelSpec.from_dir(model_dir).score_tokens
+    lm = AutoModelForCausalLM.from_pretrained(str(model_dir), attn_implementation="eager").eval()
+    with torch.inference_mode():
+        last = torch.stack([lm(input_ids=torch.tensor([s])).logits[0, -1] for s in seqs])
+    want = (last[:, yes] - last[:, no]).numpy()
+    assert want.std() > 1e-2, "scores must differ between documents for the check to mean anything"
+    tulip = Tulip(str(model_dir), log_dir=log_dir, threads=1)
+    try:
+        ivy = Ivy([tulip.url], tokenizer=False, log_dir=log_dir)
+        try:
+            status, body = ivy.post_json("/rerank", {"query": query, "texts": TEXTS, "raw_scores": True})
+            too_long = ivy.post_json("/rerank", {"query": query, "texts": ["word " * 9000]})
+        finally:
+            ivy.stop()
+    finally:
+        tulip.stop()
+    assert status == 200, body
+    got = np.zeros(len(TEXTS), dtype=np.float32)
+    for r in body:
+        got[r["index"]] = r["score"]
+    np.testing.assert_allclose(got, want, atol=1e-3)
+    assert too_long[0] == 413 and "prompt" in too_long[1]["error"], too_long

@@ -144,6 +144,16 @@ class Qwen3Embedder(EmbeddingModel):
             self.sentence.load_files()
 
 
+# Qwen3-Reranker's published prompt (its model card) with the card's default
+# instruction; the host fills {query} and {document} and tokenizes the text
+# without special tokens.
+QWEN3_RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+    "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+    "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
 class Qwen3Reranker(Qwen3Embedder):
     """A Qwen3 causal LM used as a reranker (Qwen3-Reranker): the host
     formats each (query, document) pair in the model's prompt, and the
@@ -158,6 +168,7 @@ class Qwen3Reranker(Qwen3Embedder):
         self.rows = nn.Linear(int(spec.hf_config["hidden_size"]), 1 if self.false_id is None else 2, bias=False)
         self.dimension = 1
         self.kinds = (OutputKind.SCORE,)
+        self.pair_template = QWEN3_RERANK_TEMPLATE
 
     def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         if kind is not OutputKind.SCORE:

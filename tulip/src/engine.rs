@@ -96,6 +96,8 @@ pub struct ModelInfo {
     pub default_prompt_name: String,
     /// A classifier's label names (empty otherwise).
     pub labels: Vec<String>,
+    /// Causal-LM rerankers: the text a (query, document) pair becomes.
+    pub pair_template: String,
 }
 
 impl ModelInfo {
@@ -280,6 +282,7 @@ impl EngineHandle {
                 .map(|l| l.extract())
                 .transpose()?
                 .unwrap_or_default(),
+            pair_template: optional(&info, "pair_template")?,
         })
     }
 

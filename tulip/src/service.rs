@@ -150,6 +150,7 @@ impl Tulip for TulipService {
             prompts: m.prompts.clone(),
             default_prompt_name: m.default_prompt_name.clone(),
             labels: m.labels.clone(),
+            pair_template: m.pair_template.clone(),
         }))
     }
 }

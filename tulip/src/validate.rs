@@ -156,6 +156,7 @@ mod tests {
             prompts: Default::default(),
             default_prompt_name: String::new(),
             labels: Vec::new(),
+            pair_template: String::new(),
         }
     }
 

@@ -50,6 +50,15 @@ pub async fn tokenize(
             }
             Ok(out)
         }
+        Inputs::Pairs { query, texts } if !model.pair_template.is_empty() => {
+            let tokenizer = state.tokenizer()?;
+            let template = model.pair_template.clone();
+            tokio::task::spawn_blocking(move || {
+                encode_templated(&tokenizer, &template, &query, &texts, truncation)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+        }
         Inputs::Pairs { query, texts } => {
             let tokenizer = state.tokenizer()?;
             if texts.len() <= INLINE_PAIRS {
@@ -79,6 +88,56 @@ fn max_input_length(flag: usize, file: Option<usize>, model: &InfoResponse) -> u
 
 /// Cross-encoder inputs: `[CLS] query [SEP] text [SEP]` (or the model's
 /// equivalent); when too long, the longer side loses tokens first.
+/// Causal-LM rerankers (Qwen3-Reranker): each pair written into the
+/// model's prompt and tokenized without special tokens. A pair too long
+/// loses the end of its document, never the prompt's closing part (where
+/// the model reads its answer).
+fn encode_templated(
+    tokenizer: &Tokenizer,
+    template: &str,
+    query: &str,
+    texts: &[String],
+    truncation: Truncation,
+) -> Result<Tokenized, ApiError> {
+    let Some((head, tail)) = template.split_once("{document}") else {
+        return Err(ApiError::Internal(
+            "the replica's pair template has no {document} to fill".into(),
+        ));
+    };
+    let head = head.replace("{query}", query);
+    let plain = |max_length| EncodeOptions {
+        add_special_tokens: false,
+        max_length,
+        direction: Direction::Right,
+    };
+    let tail_ids = tokenizer
+        .encode(tail, &plain(None))
+        .map_err(|e| ApiError::Internal(format!("pair template: {e}")))?
+        .ids;
+    let room = truncation.max_length.saturating_sub(tail_ids.len());
+    let mut out = Tokenized::default();
+    for (i, text) in texts.iter().enumerate() {
+        let enc = tokenizer
+            .encode(&format!("{head}{text}"), &plain(Some(room)))
+            .map_err(|e| ApiError::Internal(format!("texts[{i}]: {e}")))?;
+        if enc.truncated() && !truncation.enabled {
+            return Err(ApiError::validation(
+                "texts",
+                format!(
+                    "the query and texts[{i}] take {} tokens in the model's prompt but the model accepts at most {}; \
+                     shorten them or allow truncation",
+                    enc.untruncated_len + tail_ids.len(),
+                    truncation.max_length
+                ),
+            ));
+        }
+        out.token_ids.extend_from_slice(&enc.ids);
+        out.token_ids.extend_from_slice(&tail_ids);
+        out.lengths.push((enc.ids.len() + tail_ids.len()) as u32);
+    }
+    Ok(out)
+}
+
 fn encode_pairs(
     tokenizer: &Tokenizer,
     query: &str,
