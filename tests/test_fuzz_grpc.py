@@ -42,3 +42,13 @@ def test_mutations_are_malformed_or_different():
     for _ in range(50):
         how, data = fuzz_grpc.mutate(rng, valid)
         assert how in ("random", "truncated", "bit-flipped") and data != valid
+
+
+def test_only_a_decode_failure_may_be_internal():
+    import grpc
+
+    assert fuzz_grpc.defined("truncated", grpc.StatusCode.INTERNAL, "failed to decode Protobuf message: x")
+    assert not fuzz_grpc.defined("truncated", grpc.StatusCode.INTERNAL, "engine panicked")
+    assert not fuzz_grpc.defined("random values", grpc.StatusCode.INTERNAL, "failed to decode")
+    assert not fuzz_grpc.defined("random values", grpc.StatusCode.UNKNOWN, "")
+    assert fuzz_grpc.defined("unknown method", grpc.StatusCode.UNIMPLEMENTED, "")
