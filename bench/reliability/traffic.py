@@ -1,12 +1,15 @@
 """The soak's mixed traffic: what each kind of request sends and which
-status it must get. Requests are prepared once (bytes for ``HttpClient``);
-a kind is drawn per request by weight."""
+status it must get. A kind is drawn per request by weight and builds fresh
+request bytes (for ``HttpClient``): batches are new random samples of the
+corpus every time, so the replicas see ever new ragged shapes, as in
+production."""
 
 from __future__ import annotations
 
 import json
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from bench import inputs
 
@@ -14,13 +17,14 @@ from bench import inputs
 @dataclass(frozen=True)
 class Kind:
     """One kind of request: where it goes (``"embed"`` or ``"rerank"``
-    gateway), its prepared variants and the one status it must get."""
+    gateway), how to build one from a random generator, and the one status
+    it must get."""
 
     name: str
     gateway: str
     weight: float
     expect: int
-    variants: tuple[bytes, ...]
+    make: Callable[[random.Random], bytes]
 
 
 def raw_post(host: str, port: int, path: str, body: bytes, content_type: str = "application/json") -> bytes:
@@ -53,29 +57,27 @@ BAD_STATUS = (400, 422, 422, 422, 404, 415, 400, 424)
 
 
 def kinds(model_dir: str, embed_port: int, rerank_port: int | None, vocab: int, max_inputs: int,
-          bad_fraction: float = 0.05, seed: int = 0) -> list[Kind]:
+          bad_fraction: float = 0.05) -> list[Kind]:
     """The soak's mix: single queries, 100-document batches, token-id
     inputs, rerank (on the cross-encoder gateway when there is one) and
     ``bad_fraction`` bad requests, each bad kind weighted alike."""
-    rng = random.Random(seed)
     queries = inputs.queries(model_dir, 200)
+    query_ids = [inputs.ids(model_dir, q) for q in queries]
     docs = inputs.english_lines()
-    batches = tuple(_post(embed_port, "/v1/embeddings", {"input": rng.sample(docs, 100)}) for _ in range(20))
-    singles = tuple(_post(embed_port, "/v1/embeddings", {"input": q}) for q in queries)
-    ids = tuple(_post(embed_port, "/v1/embeddings", {"input": [inputs.ids(model_dir, q) for q in rng.sample(queries, 8)]})
-                for _ in range(20))
-    tei = tuple(_post(embed_port, "/embed", {"inputs": rng.sample(queries, 4), "truncate": True}) for _ in range(20))
     good = 1.0 - bad_fraction
-    out = [Kind("query", "embed", 0.55 * good, 200, singles),
-           Kind("batch100", "embed", 0.10 * good, 200, batches),
-           Kind("token_ids", "embed", 0.15 * good, 200, ids),
-           Kind("tei_embed", "embed", 0.10 * good, 200, tei)]
+    out = [Kind("query", "embed", 0.55 * good, 200,
+                lambda rng: _post(embed_port, "/v1/embeddings", {"input": rng.choice(queries)})),
+           Kind("batch100", "embed", 0.10 * good, 200,
+                lambda rng: _post(embed_port, "/v1/embeddings", {"input": rng.sample(docs, 100)})),
+           Kind("token_ids", "embed", 0.15 * good, 200,
+                lambda rng: _post(embed_port, "/v1/embeddings", {"input": rng.sample(query_ids, 8)})),
+           Kind("tei_embed", "embed", 0.10 * good, 200,
+                lambda rng: _post(embed_port, "/embed", {"inputs": rng.sample(queries, 4), "truncate": True}))]
     if rerank_port:
-        rerank = tuple(_post(rerank_port, "/rerank", {"query": q, "texts": rng.sample(docs, 10), "truncate": True})
-                       for q in queries[:20])
-        out.append(Kind("rerank", "rerank", 0.10 * good, 200, rerank))
+        out.append(Kind("rerank", "rerank", 0.10 * good, 200, lambda rng: _post(
+            rerank_port, "/rerank", {"query": rng.choice(queries), "texts": rng.sample(docs, 10), "truncate": True})))
     bad = bad_requests(embed_port, vocab, max_inputs)
-    out += [Kind(f"bad_{status}_{i}", "embed", bad_fraction / len(bad), status, (req,))
+    out += [Kind(f"bad_{status}_{i}", "embed", bad_fraction / len(bad), status, lambda rng, req=req: req)
             for i, (req, status) in enumerate(zip(bad, BAD_STATUS))]
     return out
 
@@ -87,5 +89,5 @@ def drawer(all_kinds: list[Kind], seed: int = 1):
 
     def draw() -> tuple[Kind, bytes]:
         k = rng.choices(all_kinds, weights)[0]
-        return k, rng.choice(k.variants)
+        return k, k.make(rng)
     return draw
