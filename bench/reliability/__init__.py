@@ -7,8 +7,10 @@ target (issue 16)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -117,10 +119,7 @@ def run_chaos(servers: Servers, mode: Mode) -> dict:
     from bench.reliability import chaos as chaos_mod
 
     return chaos_mod.run(servers.ivy, servers.replicas, docs=mode.chaos_docs, every=mode.chaos_every_s,
-                         **servers.tulip_args()) | {"note": (
-                             "the bulk job is bench/reliability/chaos.py:bulk_embed (batches of 100 over one "
-                             "connection, retrying 429/5xx/connection errors); the `tulip-rose embed` CLI "
-                             "replaces that one function once it lands")}
+                         **servers.tulip_args())
 
 
 def run_fuzz_http(servers: Servers, mode: Mode) -> dict:
@@ -160,12 +159,12 @@ def run_tokenizer_fuzz(servers: Servers | None, mode: Mode) -> dict:
     if probe is None or probe.returncode != 0:
         return {"status": "not run: cargo-fuzz is not installed (cargo install cargo-fuzz)",
                 "command": TOKENIZER_FUZZ_COMMAND}
-    subprocess.run(["python", "-m", "tests.fixtures"], cwd=REPO, check=False)
+    subprocess.run([sys.executable, "-m", "tests.fixtures"], cwd=REPO, check=False)
     seconds = int(mode.tokenizer_fuzz_s)
     started = time.monotonic()
     out = subprocess.run(["cargo", "fuzz", "run", "--sanitizer", "none", "encode", "--",
                           f"-max_total_time={seconds}"], cwd=REPO / "ivy" / "tokenizer",
-                         env={**__import__("os").environ, "RUSTC_BOOTSTRAP": "1"},
+                         env={**os.environ, "RUSTC_BOOTSTRAP": "1"},
                          capture_output=True, text=True)
     return {"status": "ran", "exit_code": out.returncode, "seconds": round(time.monotonic() - started),
             "command": TOKENIZER_FUZZ_COMMAND.replace("600", str(seconds)), "tail": out.stderr[-2000:]}

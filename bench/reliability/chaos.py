@@ -5,22 +5,20 @@ output must equal a calm run's, and no client request may fail."""
 
 from __future__ import annotations
 
-import base64
-import json
 import random
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from bench import inputs
-from bench.httpclient import HttpClient
+from bench.results import REPO
 from tests.servers import Tulip
-
-# Statuses a real client retries (with a pause): overload and the gateway's
-# transient failures. Anything else is the request's own fault.
-RETRY_STATUSES = {0, 429, 502, 503, 504}
 
 
 @dataclass
@@ -40,38 +38,25 @@ def documents(n: int) -> list[str]:
     return [" ".join(lines[(i + k) % len(lines)] for k in range(1 + i % 3)) for i in range(n)]
 
 
-def bulk_embed(port: int, texts: list[str], batch: int = 100, attempts: int = 5) -> BulkRun:
-    """The bulk job: batches of ``batch`` texts in order over one kept-alive
-    connection, base64 float32 vectors; a failed attempt is recorded and
-    retried (as a real client would) up to ``attempts`` times. Swapping in
-    the ``tulip-rose embed`` CLI means replacing this one function."""
-    out = []
-    run = BulkRun(np.empty((0, 0), np.float32))
-    started = time.monotonic()
-    with HttpClient("127.0.0.1", port, timeout=120) as client:
-        for b in range(0, len(texts), batch):
-            request = client.prepare("/v1/embeddings", {"input": texts[b:b + batch], "encoding_format": "base64"})
-            for attempt in range(attempts):
-                run.requests += 1
-                try:
-                    status, body = client.send(request)
-                except OSError as e:
-                    status, body = 0, str(e).encode()
-                    client.close()
-                if status == 200:
-                    break
-                run.failed_attempts.append({"batch": b // batch, "attempt": attempt, "status": status,
-                                            "t": round(time.monotonic() - started, 2), "body": body[:200].decode(errors="replace")})
-                if status not in RETRY_STATUSES:
-                    raise RuntimeError(f"batch {b // batch}: HTTP {status} {body[:300]!r}")
-                time.sleep(0.5 * (attempt + 1))
-            else:
-                raise RuntimeError(f"batch {b // batch} failed {attempts} times")
-            rows = sorted(json.loads(body)["data"], key=lambda d: d["index"])
-            out.extend(np.frombuffer(base64.b64decode(r["embedding"]), dtype="<f4") for r in rows)
-    run.vectors = np.stack(out)
-    run.seconds = round(time.monotonic() - started, 1)
-    return run
+def bulk_embed(port: int, texts: list[str], batch: int = 100) -> BulkRun:
+    """The bulk job: the ``tulip-rose embed`` command (a subprocess, its
+    default concurrency and retries) over a file of ``texts``, one per line,
+    in batches of ``batch``. Every retry it prints is a client request that
+    failed; the command itself fails only when retrying could not help."""
+    with tempfile.TemporaryDirectory(prefix="rel-bulk-") as tmp:
+        src, out = Path(tmp) / "docs.txt", Path(tmp) / "vectors.npy"
+        src.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+        cmd = [sys.executable, "-m", "tulip_rose_cli", "embed", str(src), "--out", str(out),
+               "--url", f"http://127.0.0.1:{port}", "--batch-size", str(batch), "--strict"]
+        started = time.monotonic()
+        res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=7200)
+        seconds = round(time.monotonic() - started, 1)
+        retries = [line for line in res.stderr.splitlines() if line.startswith("retrying in")]
+        if res.returncode != 0:
+            raise RuntimeError(f"tulip-rose embed exited {res.returncode}: {res.stderr[-2000:]}")
+        vectors = np.load(out)
+    return BulkRun(vectors, requests=-(-len(texts) // batch) + len(retries),
+                   failed_attempts=[{"message": line[:300]} for line in retries], seconds=seconds)
 
 
 class Chaos:
