@@ -39,6 +39,11 @@ def _uint(rng: random.Random, bits: int = 32) -> int:
     return rng.choice([0, 1, 2, rng.randrange(0, 1 << 16), rng.randrange(0, 1 << bits), (1 << bits) - 1])
 
 
+def _enum(rng: random.Random) -> int:
+    """An enum value, defined or not (proto3 enums are open: any int32 decodes)."""
+    return rng.choice([0, 1, 2, 3, rng.randrange(-(1 << 31), 1 << 31)])
+
+
 def tulip_requests(pb2, vocab: int) -> dict[str, Callable[[random.Random], bytes]]:
     """Method → a builder of a well-formed request with random values."""
     def embed(rng):
@@ -46,9 +51,10 @@ def tulip_requests(pb2, vocab: int) -> dict[str, Callable[[random.Random], bytes
         lengths = [rng.choice([0, 1, rng.randrange(1, 20), rng.randrange(1, 600)]) for _ in range(n)]
         total = sum(lengths) + rng.choice([0, 0, 0, -1, 1, 5])
         ids = [rng.randrange(0, vocab) if rng.random() < 0.9 else _uint(rng) for _ in range(max(total, 0))]
-        msg = pb2.EmbedRequest(token_ids=ids, lengths=lengths, kind=rng.randrange(0, 6),
+        msg = pb2.EmbedRequest(token_ids=ids, lengths=lengths, kind=_enum(rng),
                                dimensions=rng.choice([0, 0, 1, 16, 384, 385, _uint(rng)]),
-                               raw_scores=rng.random() < 0.2, request_id=_text(rng)[:64])
+                               raw_scores=rng.random() < 0.2, request_id=_text(rng)[:64],
+                               priority=_enum(rng))
         if rng.random() < 0.5:
             msg.normalize = rng.random() < 0.5
         return msg.SerializeToString()
@@ -60,7 +66,8 @@ def tulip_requests(pb2, vocab: int) -> dict[str, Callable[[random.Random], bytes
 def ivy_requests(pb2) -> dict[str, Callable[[random.Random], bytes]]:
     def embed(rng):
         msg = pb2.EmbedRequest(inputs=[_text(rng) for _ in range(rng.randrange(0, 5))],
-                               truncate=rng.random() < 0.5, dimensions=rng.choice([0, 0, 8, 384, _uint(rng)]))
+                               truncate=rng.random() < 0.5, dimensions=rng.choice([0, 0, 8, 384, _uint(rng)]),
+                               priority=_enum(rng))
         if rng.random() < 0.3:
             msg.prompt_name = _text(rng)
         if rng.random() < 0.3:
@@ -70,7 +77,7 @@ def ivy_requests(pb2) -> dict[str, Callable[[random.Random], bytes]]:
     def rerank(rng):
         return pb2.RerankRequest(query=_text(rng), texts=[_text(rng) for _ in range(rng.randrange(0, 4))],
                                  truncate=rng.random() < 0.5, raw_scores=rng.random() < 0.5,
-                                 return_text=rng.random() < 0.5).SerializeToString()
+                                 return_text=rng.random() < 0.5, priority=_enum(rng)).SerializeToString()
 
     def tokenize(rng):
         msg = pb2.TokenizeRequest(inputs=[_text(rng) for _ in range(rng.randrange(0, 4))])
