@@ -62,6 +62,7 @@ class Servers:
         self.replicas = start_tulips(2, self.model_dir, log_dir=log_dir, threads=TULIP_THREADS)
         self.ivy = Ivy([t.url for t in self.replicas], self.model_dir, log_dir=log_dir)
         self._rerank = None
+        self._model_tmp: str | None = None
         with self.replicas[0].client() as c:
             self.vocab = c.info().vocab_size
 
@@ -75,7 +76,8 @@ class Servers:
             from tests import models
             from tests.servers import Ivy, Tulip
 
-            model = models.tiny_reranker(Path(tempfile.mkdtemp(prefix="rel-rerank-")) / "model", arch="bert")
+            self._model_tmp = tempfile.mkdtemp(prefix="rel-rerank-")
+            model = models.tiny_reranker(Path(self._model_tmp) / "model", arch="bert")
             tulip = Tulip(str(model), **self.tulip_args())
             self._rerank = (Ivy([tulip.url], str(model), log_dir=self.log_dir), tulip)
         return self._rerank
@@ -90,6 +92,8 @@ class Servers:
         procs = [self.ivy, *(self._rerank or ()), *self.replicas]
         for p in procs:
             p.stop()
+        if self._model_tmp:
+            shutil.rmtree(self._model_tmp, ignore_errors=True)
 
 
 def run_soak(servers: Servers, mode: Mode) -> dict:

@@ -30,7 +30,7 @@ def run(kinds: list[traffic.Kind], ports: dict[str, int], pids, *, seconds: floa
     records: list[tuple[float, str, int, int, float]] = []  # (t, kind, expected, status, ms)
     lock = threading.Lock()
 
-    def send(t_due: float, kind: traffic.Kind, request: bytes) -> None:
+    def send(kind: traffic.Kind, request: bytes) -> None:
         clients = getattr(local, "clients", None)
         if clients is None:
             clients = local.clients = {g: HttpClient("127.0.0.1", p, timeout=120) for g, p in ports.items()}
@@ -52,7 +52,7 @@ def run(kinds: list[traffic.Kind], ports: dict[str, int], pids, *, seconds: floa
             if delay > 0:
                 time.sleep(delay)
             kind, request = draw()
-            pool.submit(send, due, kind, request)
+            pool.submit(send, kind, request)
             i += 1
     return summarize(records, rss.samples, seconds=seconds, warmup=warmup, window=window, rate=rate)
 
