@@ -30,7 +30,7 @@ COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu"])
+    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu", "reliability"])
     p.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<date>-<machine>)")
     p.add_argument("--model", default=None, help="model directory (default: the embedded all-MiniLM-L6-v2)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
@@ -39,6 +39,14 @@ def parser() -> argparse.ArgumentParser:
                    help="multiplies every request count (0.2 for a quick look)")
     p.add_argument("--docs", type=int, default=None,
                    help="bulk: documents in the file (default 20000, times --scale)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="reliability: the few-minute mode (default)")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="reliability: the full mode (about an hour; the committed figures)")
+    p.add_argument("--only", default=None,
+                   help="reliability: comma-separated sections (soak, overload, chaos, fuzz_http, fuzz_grpc, "
+                        "tokenizer_fuzz)")
     return p
 
 
@@ -62,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         from bench import cpu
 
         return cpu.run_suite(writer, args)
+    if args.command == "reliability":
+        from bench import reliability
+
+        path = reliability.run_suite(writer, args.mode or "quick", args.only.split(",") if args.only else None)
+        print(path.read_text())
+        return 0
     if args.command in SCRIPTS:
         from bench import external
 

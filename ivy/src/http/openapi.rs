@@ -208,7 +208,9 @@ fn schemas() -> Value {
         "OpenAiError": { "type": "object", "required": ["error"], "properties": { "error": {
             "type": "object", "required": ["message", "type", "param", "code"], "properties": {
                 "message": { "type": "string" }, "type": { "type": "string" },
-                "param": { "type": ["string", "null"] }, "code": { "type": "integer" } } } } },
+                "param": { "type": ["string", "null"] },
+                // The status, or OpenAI's string code where it defines one (`model_not_found`).
+                "code": { "type": ["integer", "string"] } } } } },
         "TeiError": { "type": "object", "required": ["error", "error_type"], "properties": {
             "error": { "type": "string" },
             "error_type": { "type": "string", "enum": ["Validation", "Empty", "Unauthorized", "Overloaded", "Unhealthy", "Backend", "Tokenizer"] } } },
