@@ -178,6 +178,16 @@ RUNNERS = {"soak": run_soak, "overload": run_overload, "chaos": run_chaos, "fuzz
            "fuzz_grpc": run_fuzz_grpc, "tokenizer_fuzz": run_tokenizer_fuzz}
 
 
+def earlier_results(path: Path, mode_name: str) -> dict | None:
+    import json
+
+    try:
+        earlier = json.loads(path.read_text())["results"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return earlier if earlier.get("mode") == mode_name else None
+
+
 def run_suite(writer: Writer, mode_name: str, only: list[str] | None = None) -> Path:
     """Runs the sections (fuzzing first: cheapest, and the chaos section
     restarts the replicas), each isolated: one that fails is recorded with
@@ -190,6 +200,13 @@ def run_suite(writer: Writer, mode_name: str, only: list[str] | None = None) -> 
     order = ["fuzz_http", "fuzz_grpc", "soak", "overload", "chaos", "tokenizer_fuzz"]
     sections = [s for s in order if not only or s in only]
     results: dict = {"mode": mode_name, "params": mode.__dict__, "log_dir": str(log_dir)}
+    if only:
+        # A partial run adds its sections to an earlier run's report of the
+        # same mode in the same folder (each run is listed under "runs").
+        results = earlier_results(writer.out_dir / "reliability.json", mode_name) or results
+    results.setdefault("runs", []).append({"sections": sections, "started": started,
+                                           "command": " ".join(writer.command),
+                                           "loadavg_at_start": os.getloadavg()[0]})
     servers = Servers(log_dir)
     try:
         for name in sections:

@@ -94,6 +94,10 @@ def markdown(r: dict, figure: Path | None) -> str:
              "(MiniLM has no score head: its /rerank is a 424, sent as one of the bad requests). Latencies are "
              "measured by Python clients on the same machine, so they include the clients' own scheduling.", "",
              table(["section", "figure", "value", "target", "met"], checks(r))]
+    if len(r.get("runs", [])) > 1:
+        parts += ["", "The sections came from these runs (same mode, same folder):", ""]
+        parts += [f"- `{run['command']}`: {', '.join(run['sections'])} (started {run['started']}, load average "
+                  f"{run['loadavg_at_start']:.1f} at its start)" for run in r["runs"]]
     if figure:
         parts += ["", f"![RSS and p99 over time]({figure.name})"]
     f = r.get("fuzz_http", {})
