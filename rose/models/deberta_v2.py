@@ -224,7 +224,8 @@ class DebertaV2Encoder(nn.Module):
                 raise ModelLoadError(f"{spec.path}: cannot find the separator token to mark the pair's second segment")
         self.norm = nn.LayerNorm(hidden, eps=eps)
         self.relative = nn.Embedding(2 * self.rs.span, hidden) if self.rs.enabled else None
-        self.relative_norm = nn.LayerNorm(hidden, eps=eps) if self.rs.enabled and self.rs.norm_table else None
+        # transformers keeps this norm's weights even without relative attention.
+        self.relative_norm = nn.LayerNorm(hidden, eps=eps) if self.rs.norm_table else None
         self.layers = nn.ModuleList(DisentangledLayer(cfg, self.rs) for _ in range(int(cfg["num_hidden_layers"])))
 
     def forward(self, x: StepInputs) -> torch.Tensor:
