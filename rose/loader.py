@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from .errors import ModelLoadError
 
 # Prefixes that task wrappers put in front of the base model's names.
-_PREFIXES = ("bert.", "roberta.", "mpnet.", "model.", "encoder_model.")
+_PREFIXES = ("bert.", "roberta.", "mpnet.", "deberta.", "model.", "encoder_model.")
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:

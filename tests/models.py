@@ -159,6 +159,41 @@ def tiny_reranker(dir, seed: int = 0, arch: str = "xlm-roberta", labels: tuple[s
     return out
 
 
+def tiny_deberta_v2(dir, seed: int = 0, labels: tuple[str, ...] = ("score",), **overrides) -> Path:
+    """A ``DebertaV2ForSequenceClassification`` with microsoft/deberta-v3-base's
+    relative-attention settings (position_buckets 256, max_relative_positions
+    -1, so 512 from max_position_embeddings; pos_att_type "p2c|c2p" written
+    as the Hub's config.json writes it; share_att_key; norm_rel_ebd
+    layer_norm; no absolute positions; no token types; GELU pooler) cut to 2
+    layers of hidden 64 with 4 heads. One label (the default) is a
+    mxbai-rerank / ms-marco style cross-encoder; several, a classifier with
+    those ``id2label`` names. ``overrides`` replace config fields (e.g.
+    ``share_att_key=False``).
+
+    DeBERTa-v3's own tokenizer is SentencePiece; random weights only need
+    ids below vocab_size, so this uses all-MiniLM-L6-v2's WordPiece
+    tokenizer ([CLS] A [SEP] B [SEP], [PAD] = 0 as DeBERTa's pad_token_id)
+    with vocab_size 30522 to match it."""
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    out = _dir(dir)
+    torch.manual_seed(seed)
+    settings = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=128, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0,
+                    layer_norm_eps=1e-7, relative_attention=True, position_buckets=256, max_relative_positions=-1,
+                    pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm",
+                    position_biased_input=False, pooler_hidden_act="gelu", pad_token_id=0,
+                    id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+    settings.update(overrides)
+    _save(DebertaV2ForSequenceClassification(DebertaV2Config(**settings)), out, seed)
+    config = json.loads((out / "config.json").read_text())
+    if isinstance(settings["pos_att_type"], str):
+        config["pos_att_type"] = settings["pos_att_type"]
+    _write_json(out / "config.json", config)
+    _tokenizer(out, "all-minilm-l6-v2", model_max_length=512)
+    return out
+
+
 # Qwen3-Embedding's tokenizer appends <|endoftext|> (the token it pools).
 _QWEN3_APPEND_EOS = {
     "type": "Sequence",

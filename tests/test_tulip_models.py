@@ -21,8 +21,15 @@ TEXTS = ["What is an embedding?", "A vector that captures the meaning of a text.
 LABELS = ("no", "yes", "maybe")
 
 
-def test_a_classifier_serves_one_logit_per_label(tmp_path, log_dir):
-    model_dir = models.tiny_reranker(tmp_path / "classifier", arch="bert", labels=LABELS)
+CLASSIFIERS = {
+    "bert": lambda d: models.tiny_reranker(d, arch="bert", labels=LABELS),
+    "deberta-v2": lambda d: models.tiny_deberta_v2(d, seed=18, labels=LABELS),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(CLASSIFIERS))
+def test_a_classifier_serves_one_logit_per_label(arch, tmp_path, log_dir):
+    model_dir = CLASSIFIERS[arch](tmp_path / "classifier")
     tok = tokenizer_of(model_dir)
     encodings = [tok.encode(t) for t in TEXTS]
     pair = tok.encode(TEXTS[0], TEXTS[1])
@@ -68,6 +75,33 @@ def test_a_classifier_serves_one_logit_per_label(tmp_path, log_dir):
     model_type = json.loads(info[1])["model_type"]
     assert model_type == {"classifier": {"id2label": {"0": "no", "1": "yes", "2": "maybe"},
                                          "label2id": {"no": 0, "yes": 1, "maybe": 2}}}
+
+
+def test_a_deberta_cross_encoder_reranks_through_ivy(tmp_path, log_dir):
+    """A one-label DebertaV2ForSequenceClassification (mxbai-rerank style)
+    serves as a score model: gRPC SCORE logits and Ivy's /rerank raw scores
+    within 1e-3 of transformers on the same (query, document) pairs."""
+    model_dir = models.tiny_deberta_v2(tmp_path / "deberta-rerank", seed=19)
+    query = "what is an embedding"
+    pairs = [tokenizer_of(model_dir).encode(query, t) for t in TEXTS]
+    want = cross_encoder_logits(model_dir, [p.ids for p in pairs], [p.type_ids for p in pairs])
+    assert want.std() > 1e-2, "scores must differ between documents for the check to mean anything"
+    tulip = Tulip(str(model_dir), log_dir=log_dir, threads=1)
+    try:
+        with tulip.client() as c:
+            assert list(c.info().kinds) == [c.pb2.OUTPUT_KIND_SCORE]
+            got = c.embed([p.ids for p in pairs], kind="score", raw_scores=True).values[:, 0]
+        ivy = Ivy([tulip.url], tokenizer=False, log_dir=log_dir)
+        try:
+            status, body = ivy.post_json("/rerank", {"query": query, "texts": TEXTS, "raw_scores": True})
+        finally:
+            ivy.stop()
+    finally:
+        tulip.stop()
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-3)
+    assert status == 200, body
+    assert [r["index"] for r in body] == list(np.argsort(-want.numpy(), kind="stable"))
+    np.testing.assert_allclose([r["score"] for r in sorted(body, key=lambda r: r["index"])], want.numpy(), atol=1e-3)
 
 
 def tokenizer_of(model_dir) -> Tokenizer:

@@ -7,6 +7,7 @@ from ..config import ModelSpec
 from ..errors import ModelLoadError
 from .base import EmbeddingModel, StepInputs
 from .bert import BertEmbedder
+from .deberta_v2 import DebertaV2CrossEncoder
 from .gemma3 import Gemma3Embedder
 from .modernbert import ModernBertCrossEncoder, ModernBertEmbedder
 from .mpnet import MPNetEmbedder
@@ -39,6 +40,8 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
         return SpladeEncoder(spec, backend)
     if spec.model_type in ENCODERS:
         return CrossEncoder(spec, backend) if spec.is_cross_encoder else BertEmbedder(spec, backend)
+    if spec.model_type == "deberta-v2" and spec.is_cross_encoder:
+        return DebertaV2CrossEncoder(spec, backend)
     if spec.model_type == "mpnet" and not spec.is_cross_encoder:
         return MPNetEmbedder(spec, backend)
     if spec.model_type == "modernbert":
@@ -52,5 +55,5 @@ def build_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
     raise ModelLoadError(
         f"model type {spec.model_type!r}"
         f"{' (cross-encoder)' if spec.is_cross_encoder else ''} is not supported "
-        f"(supported: bert, xlm-roberta, modernbert embedders and cross-encoders; mpnet, modernbert, gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers)"
+        f"(supported: bert, xlm-roberta, modernbert embedders and cross-encoders; deberta-v2 cross-encoders; mpnet, modernbert, gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers)"
     )

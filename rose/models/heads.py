@@ -84,18 +84,20 @@ class ColbertHead(nn.Module):
 
 
 class ClassifierHead(nn.Module):
-    """Sequence classification on the first token, ``out(tanh(dense(h)))``:
-    BERT's pooler + classifier and XLM-R's classification head share this
-    shape. Returns the raw logits [n, labels] in float32."""
+    """Sequence classification on the first token, ``out(act(dense(h)))``:
+    BERT's pooler + classifier and XLM-R's classification head (tanh), and
+    DeBERTa's ContextPooler + classifier (its ``pooler_hidden_act``) share
+    this shape. Returns the raw logits [n, labels] in float32."""
 
-    def __init__(self, hidden: int, labels: int = 1):
+    def __init__(self, hidden: int, labels: int = 1, act=torch.tanh):
         super().__init__()
         self.dense = nn.Linear(hidden, hidden)
         self.out = nn.Linear(hidden, labels)
+        self.act = act
 
     def forward(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         cls = hidden[first_token_index(x.cu_seqlens)]
-        return self.out(torch.tanh(self.dense(cls))).float()
+        return self.out(self.act(self.dense(cls))).float()
 
     def load(self, w: WeightReader, dense: str, out: str) -> None:
         with torch.no_grad():

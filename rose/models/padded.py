@@ -29,11 +29,9 @@ class PaddedAttention(AttentionBackend):
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
         lay, mask = plan.extra
-        n, width = lay.shape
-        qp, kp, vp = (t.index_select(0, lay.gather).view(n, width, *t.shape[1:]).transpose(1, 2) for t in (q, k, v))
-        o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale,
-                                           enable_gqa=q.shape[1] != k.shape[1])
-        return o.transpose(1, 2).reshape(n * width, *q.shape[1:]).index_select(0, lay.scatter)
+        o = F.scaled_dot_product_attention(to_blocks(q, lay), to_blocks(k, lay), to_blocks(v, lay), attn_mask=mask,
+                                           scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+        return from_blocks(o, lay)
 
     def plan_for(self, x: StepInputs, tokens: int, mask_fn) -> AttnPlan:
         """A plan whose mask is ``mask_fn(layout, slots)`` (slots: the
@@ -43,6 +41,18 @@ class PaddedAttention(AttentionBackend):
         lay = PaddedLayout(x.cu_seqlens, tokens, width, causal=False)
         slots = torch.arange(width, device=x.cu_seqlens.device)
         return AttnPlan(x.cu_seqlens, x.plan.lengths, width, False, backend=self, extra=(lay, mask_fn(lay, slots)))
+
+
+def to_blocks(t: torch.Tensor, lay: PaddedLayout) -> torch.Tensor:
+    """[T, heads, d] on the flat axis → [n, heads, L, d] padded blocks."""
+    n, width = lay.shape
+    return t.index_select(0, lay.gather).view(n, width, *t.shape[1:]).transpose(1, 2)
+
+
+def from_blocks(o: torch.Tensor, lay: PaddedLayout) -> torch.Tensor:
+    """[n, heads, L, d] padded blocks → [T, heads, d], padding dropped."""
+    n, width = lay.shape
+    return o.transpose(1, 2).reshape(n * width, o.shape[1], o.shape[3]).index_select(0, lay.scatter)
 
 
 def window_mask(lay: PaddedLayout, slots: torch.Tensor, window: int) -> torch.Tensor:

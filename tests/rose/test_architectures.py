@@ -370,3 +370,95 @@ def test_modernbert_cross_encoder_logits(labels, pooling, models_root, texts):
     assert logits.shape == want.shape and (logits - want).abs().max() <= 1e-3
     if kind == "score":
         assert torch.allclose(got[:, 1], torch.sigmoid(want[:, 0]), atol=1e-4)
+
+
+# deberta-v3-base's settings, and the DeBERTa-v2 options they leave off (the
+# v2 ConvLayer aside, which is refused): separate position projections,
+# one relative term, absolute positions and token types.
+DEBERTA_VARIANTS = {
+    "v3": {},
+    "v2-options": dict(share_att_key=False, pos_att_type=["c2p"], position_biased_input=True, type_vocab_size=2),
+}
+
+
+@pytest.mark.parametrize("labels,variant", [(("score",), "v3"), (("negative", "neutral", "positive"), "v3"),
+                                            (("a", "b"), "v2-options")])
+def test_deberta_v2_logits(labels, variant, models_root, texts):
+    """DebertaV2ForSequenceClassification: one label as a score (the
+    mxbai-rerank shape), several as classify; logits within 1e-3 of
+    transformers on a batch with a pair past the 128 exact buckets (so the
+    log buckets count) and on short pairs alone (fewer table rows)."""
+    from tokenizers import Tokenizer
+
+    from tests.models import tiny_deberta_v2
+
+    d = tiny_deberta_v2(models_root / f"deberta-{variant}-{len(labels)}", seed=15, labels=labels,
+                        **DEBERTA_VARIANTS[variant])
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    tok.enable_truncation(300)
+    encs = tok.encode_batch([("which mountain is the highest in the alps", t) for t in texts]
+                            + [("long", " ".join(texts))])
+    seqs, types = [e.ids for e in encs], [e.type_ids for e in encs]
+    assert max(map(len, seqs)) == 300
+    e = Engine.from_dir(d, device="cpu", dtype="float32")
+    kind = "score" if len(labels) == 1 else "classify"
+    named = labels if kind == "classify" else ()  # a score has no label names
+    assert (e.info.kinds, e.info.labels, e.info.architecture) == ((kind,), named, "deberta-v2")
+    want = ref.cross_encoder_logits(d, seqs, types, all_labels=True)
+    assert want.std() > 1e-2, "logits must differ between inputs for the check to mean anything"
+    for rows in (slice(None), slice(0, 6)):
+        got = e.embed(seqs[rows], kind=kind)
+        logits = got[:, :len(labels)]
+        assert logits.shape == want[rows].shape and (logits - want[rows]).abs().max() <= 1e-3
+        if kind == "score":
+            assert torch.allclose(got[:, 1], torch.sigmoid(want[rows, 0]), atol=1e-4)
+
+
+def test_deberta_log_buckets_match_transformers():
+    """The bucketed distances equal transformers' make_log_bucket_position,
+    and the table rows a step slices are exactly the ones it reaches."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    from rose.models.deberta_v2 import RelativeSettings
+
+    rel = torch.arange(-1100, 1101)
+    for buckets, max_relative in ((256, 512), (64, 256), (-1, 128)):
+        rs = RelativeSettings(True, frozenset({"c2p", "p2c"}), buckets, max_relative, True, True)
+        want = make_log_bucket_position(rel, buckets, max_relative).long() if buckets > 0 else rel
+        assert torch.equal(rs.bucket(rel), want)
+        for width in (1, 5, 129, 300, 513, 1100):
+            reached = (rs.bucket(torch.arange(1 - width, width)) + rs.span).clamp(0, 2 * rs.span - 1)
+            assert rs.rows(width) == (int(reached.min()), int(reached.max()) + 1)
+
+
+def test_deberta_v2_conv_layer_is_refused(models_root, tmp_path):
+    """deberta-v2-xlarge's ConvLayer (conv_kernel_size > 0) is not
+    implemented: a load error naming it, not wrong logits."""
+    import json
+    import shutil
+
+    from rose.errors import ModelLoadError
+    from tests.models import tiny_deberta_v2
+
+    d = tmp_path / "deberta-conv"
+    shutil.copytree(tiny_deberta_v2(models_root / "deberta-conv-src", seed=16), d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["conv_kernel_size"] = 3
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="conv_kernel_size"):
+        Engine.from_dir(d, device="cpu")
+
+
+def test_deberta_v2_on_static_buffers(models_root, texts):
+    """The static-buffer path (bucketed width, filler segment) gives the
+    eager scores on every pass (warm-up, capture, replay)."""
+    from tests.models import tiny_deberta_v2
+
+    d = tiny_deberta_v2(models_root / "static-deberta", seed=17)
+    seqs = tokenize(d, texts[:5])
+    want = Engine.from_dir(d, device="cpu", dtype="float32").embed(seqs, kind="score")
+    e = Engine.from_dir(d, device="cpu", dtype="float32", static_on_cpu=True)
+    for _ in range(3):
+        got = e.embed(seqs, kind="score")
+        assert got.shape == want.shape and (got - want).abs().max() <= 1e-4
+    assert e.runner.stats.steps["replay"] == 1
