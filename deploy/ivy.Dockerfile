@@ -13,6 +13,7 @@ WORKDIR /src
 # Cargo loads every workspace member's manifest, so all members are copied.
 COPY Cargo.toml Cargo.lock ./
 COPY proto proto
+COPY telemetry telemetry
 COPY ivy ivy
 COPY tulip tulip
 COPY bench/tokenizer bench/tokenizer

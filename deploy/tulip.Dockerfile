@@ -25,6 +25,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock pyproject.toml ./
 COPY proto proto
+COPY telemetry telemetry
 COPY ivy ivy
 COPY tulip tulip
 COPY bench/tokenizer bench/tokenizer

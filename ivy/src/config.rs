@@ -161,6 +161,16 @@ pub struct Config {
     #[arg(long, env = "IVY_CORS_ALLOW_ORIGIN", value_delimiter = ',')]
     pub cors_allow_origin: Vec<String>,
 
+    /// Export OpenTelemetry traces to this OTLP/gRPC collector (e.g.
+    /// http://otel-collector:4317). A caller's W3C `traceparent` is continued
+    /// and passed on to Tulip. Off by default.
+    #[arg(long, env = "IVY_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// `service.name` of the exported spans.
+    #[arg(long, env = "IVY_OTLP_SERVICE_NAME", default_value = "ivy")]
+    pub otlp_service_name: String,
+
     /// Log filter (tracing syntax, e.g. "info" or "ivy=debug").
     #[arg(long, env = "IVY_LOG", default_value = "info")]
     pub log: String,

@@ -76,7 +76,8 @@ impl IvyService {
             .state
             .api_key
             .check(meta.get("authorization").map(|v| v.as_bytes()));
-        let span = tracing::info_span!("request", id = %id, rpc = endpoint);
+        let span = tracing::info_span!("request", id = %id, rpc = endpoint, tokens = tracing::field::Empty);
+        telemetry::continue_grpc(&span, meta);
         let state = self.state.clone();
         let result = id
             .clone()

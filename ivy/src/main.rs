@@ -33,7 +33,6 @@ mod tokenize;
 use std::time::Duration;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
 
@@ -55,19 +54,22 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
-    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if config.json_output {
-        logs.json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init();
-    } else {
-        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
-    }
+    let settings = telemetry::Settings {
+        filter: &config.log,
+        json: config.json_output,
+        otlp: config.otlp_endpoint.clone().map(|endpoint| telemetry::Otlp {
+            endpoint,
+            service_name: config.otlp_service_name.clone(),
+        }),
+    };
+    // Held to the end: dropping it flushes the spans not yet exported.
+    let _traces = match telemetry::init(settings) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("ivy: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let runtime = match runtime(config.io_threads) {
         Ok(rt) => rt,
         Err(e) => {

@@ -221,8 +221,10 @@ impl Replica {
         };
         let mut lost = self.lost.subscribe();
         let mut client = self.client.clone();
+        let mut call = tonic::Request::new(request);
+        telemetry::inject_grpc(call.metadata_mut());
         let outcome = tokio::select! {
-            r = client.embed(request) => r.map(|r| r.into_inner()).map_err(|s| self.classify(s)),
+            r = client.embed(call) => r.map(|r| r.into_inner()).map_err(|s| self.classify(s)),
             _ = lost.changed() => Err(AttemptError::Retry(ApiError::Unavailable(format!(
                 "Tulip replica {} stopped answering health checks", self.url
             )))),

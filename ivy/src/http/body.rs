@@ -13,6 +13,7 @@ pub fn json_body(
     body: Result<Bytes, BytesRejection>,
     limit: usize,
 ) -> Result<Value, ApiError> {
+    let _span = tracing::debug_span!("parse").entered();
     check_content_type(headers)?;
     let body = body.map_err(|e| {
         if let Some(timeout) = crate::body_deadline::find(&e) {

@@ -79,6 +79,8 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
                 header::CONTENT_TYPE,
                 header::AUTHORIZATION,
                 HeaderName::from_static(HEADER),
+                HeaderName::from_static("traceparent"),
+                HeaderName::from_static("tracestate"),
             ])
             .expose_headers([HeaderName::from_static(HEADER)]),
     )
@@ -88,7 +90,14 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
 /// logs under it, and returns it in the response.
 async fn request_id(request: Request, next: Next) -> Response {
     let id = RequestId::from_caller(request.headers().get(HEADER).map(|v| v.as_bytes()));
-    let span = tracing::info_span!("request", id = %id, method = %request.method(), path = %request.uri().path());
+    let span = tracing::info_span!(
+        "request",
+        id = %id,
+        method = %request.method(),
+        path = %request.uri().path(),
+        tokens = tracing::field::Empty,
+    );
+    telemetry::continue_http(&span, request.headers());
     let started = Instant::now();
     let mut response = id
         .clone()

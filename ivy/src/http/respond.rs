@@ -158,6 +158,7 @@ pub fn json_timed(body: Vec<u8>, out: &Output, started: Instant) -> Response {
 
 /// Serialises a response body; our own types always serialise.
 pub fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, ApiError> {
+    let _span = tracing::debug_span!("render").entered();
     serde_json::to_vec(value)
         .map_err(|e| ApiError::Internal(format!("serialising the response: {e}")))
 }

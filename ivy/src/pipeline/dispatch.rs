@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use proto::tulip::v1::{EmbedRequest, EmbedResponse};
+use tracing::Instrument;
 
 use super::chunk::Chunk;
 use super::Priority;
@@ -32,13 +33,21 @@ pub async fn send_all(
     // `Send` check on the gRPC handlers' futures.
     let sends: Vec<_> = chunks
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let request = EmbedRequest {
                 token_ids: tokenized.token_ids[c.tokens.clone()].to_vec(),
                 lengths: tokenized.lengths[c.sequences.clone()].to_vec(),
                 ..template.clone()
             };
-            send(state, request, priority)
+            let span = tracing::debug_span!(
+                "dispatch",
+                // i64: the trace exporter writes unsigned values as strings.
+                chunk = i as i64,
+                sequences = request.lengths.len() as i64,
+                tokens = request.token_ids.len() as i64,
+            );
+            send(state, request, priority).instrument(span)
         })
         .collect();
     stream::iter(sends)
@@ -72,7 +81,9 @@ async fn send(
             tracing::info!(replica = %replica.url, attempt, "retrying chunk");
         }
         let _spin = state.spinner.call();
-        match replica.embed(request.clone()).await {
+        // Each try is its own span; Tulip's spans hang under the one that reached it.
+        let span = tracing::debug_span!("attempt", attempt = i64::from(attempt), replica = %replica.url);
+        match replica.embed(request.clone()).instrument(span).await {
             Ok(reply) => return Ok(reply),
             Err(AttemptError::Fatal(e)) => return Err(e),
             Err(AttemptError::Retry(e)) => {

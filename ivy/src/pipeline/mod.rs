@@ -14,6 +14,8 @@ use std::future::Future;
 use std::time::Instant;
 
 use ivy_tokenizer::Direction;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 use proto::tulip::v1::{self as tulip, EmbedRequest, OutputKind};
 
 pub use self::output::Output;
@@ -174,8 +176,16 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
 
     let started = Instant::now();
     let templates = state.templates();
-    let tokenized = prepare::tokenize(state, &model, &templates, job.inputs, &job.options).await?;
+    // Counts as i64: the trace exporter writes unsigned values as strings.
+    let span = tracing::debug_span!("tokenize", inputs = job.inputs.len() as i64, tokens = Empty);
+    let tokenized = prepare::tokenize(state, &model, &templates, job.inputs, &job.options)
+        .instrument(span.clone())
+        .await?;
     let tokenize = started.elapsed();
+    let tokens = tokenized.token_ids.len() as i64;
+    span.record("tokens", tokens);
+    // The front's request span.
+    Span::current().record("tokens", tokens);
     state.metrics.stage(Stage::Tokenize, tokenize);
     validate::tokens(
         tokenized.token_ids.len(),
