@@ -143,6 +143,10 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     p.flag("--json-output", type=_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
+    p.flag("--otlp-endpoint", default="",
+           help="export OpenTelemetry traces to this OTLP/gRPC collector (e.g. http://otel-collector:4317); "
+                "a caller's traceparent is continued; off when empty")
+    p.flag("--otlp-service-name", default="tulip", help="service.name of the exported spans")
     return p
 
 
@@ -227,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             unix_socket=args.unix_socket or None,
             io_threads=args.io_threads,
             json_output=args.json_output,
+            otlp_endpoint=args.otlp_endpoint or None,
+            otlp_service_name=args.otlp_service_name,
             priority=args.priority,
             batch_max_wait_ms=args.batch_max_wait_ms,
             batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0

@@ -37,6 +37,7 @@ use crate::config::ServeConfig;
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
     json_output = false, priority = true, batch_max_wait_ms = 500, batch_step_tokens = 0,
+    otlp_endpoint = None, otlp_service_name = "tulip".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
 fn serve(
@@ -61,8 +62,19 @@ fn serve(
     priority: bool,
     batch_max_wait_ms: u64,
     batch_step_tokens: usize,
+    otlp_endpoint: Option<String>,
+    otlp_service_name: String,
 ) -> PyResult<()> {
-    init_logging(&log, json_output);
+    // Held while serving: dropping it flushes the spans not yet exported.
+    let _traces = telemetry::init(telemetry::Settings {
+        filter: &log,
+        json: json_output,
+        otlp: otlp_endpoint.map(|endpoint| telemetry::Otlp {
+            endpoint,
+            service_name: otlp_service_name,
+        }),
+    })
+    .map_err(PyValueError::new_err)?;
     if !(drain_timeout.is_finite() && drain_timeout >= 0.0) {
         return Err(PyValueError::new_err(
             "drain_timeout must be a non-negative number of seconds",
@@ -114,24 +126,6 @@ fn bind_cuda_device(device: &str) {
     if let Some(n) = cuda::ordinal(device) {
         cuda::bind_device(n);
     }
-}
-
-fn init_logging(filter: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second serve() in the same process keeps the first subscriber.
-    let _ = if json {
-        logs.json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init()
-    } else {
-        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init()
-    };
 }
 
 #[pymodule]

@@ -2,12 +2,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use proto::tulip::v1::tulip_server::Tulip;
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::engine::{EngineHandle, ModelInfo};
 use crate::error::TulipError;
@@ -55,7 +56,8 @@ impl TulipService {
         self.state.active.load(Ordering::SeqCst) == 1
     }
 
-    async fn run(&self, request: EmbedRequest) -> Result<EmbedResponse, TulipError> {
+    /// The answer, and when the request entered the queue (for its spans).
+    async fn run(&self, request: EmbedRequest) -> Result<(EmbedResponse, Instant), TulipError> {
         if self.state.draining.load(Ordering::SeqCst) {
             return Err(TulipError::Unavailable(
                 "server is draining; retry on another replica".into(),
@@ -63,6 +65,7 @@ impl TulipService {
         }
         let (tx, rx) = oneshot::channel();
         let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
+        let arrived = req.arrived;
         // Under concurrent load requests queue, so that they share steps.
         let alone = self.pool.inline_candidate(&req) && self.alone().await;
         if let Submitted::Inline(seqs, releases) = self.pool.submit(Arc::new(req), alone)? {
@@ -81,11 +84,12 @@ impl TulipService {
                 releases,
             );
         }
-        rx.await.unwrap_or_else(|_| {
+        let answer = rx.await.unwrap_or_else(|_| {
             Err(TulipError::Unavailable(
                 "request was dropped while the server stopped".into(),
             ))
-        })
+        });
+        answer.map(|resp| (resp, arrived))
     }
 }
 
@@ -101,10 +105,23 @@ impl Tulip for TulipService {
         self.metrics
             .active_requests
             .set(self.state.active.load(Ordering::SeqCst) as i64);
+        // Disabled (a no-op) unless traces are exported or the log is at DEBUG.
+        let span = tracing::debug_span!(
+            "embed",
+            request_id = %request.get_ref().request_id,
+            // i64: the trace exporter writes unsigned values as strings.
+            tokens = request.get_ref().token_ids.len() as i64,
+            sequences = request.get_ref().lengths.len() as i64,
+        );
+        telemetry::continue_grpc(&span, request.metadata());
         let request = request.into_inner();
         let request_id = request.request_id.clone();
         let class = Class::from_proto(request.priority);
-        let result = self.run(request).await;
+        let result = self.run(request).instrument(span.clone()).await;
+        if let Ok((resp, arrived)) = &result {
+            record_phases(&span, resp, *arrived, class);
+        }
+        let result = result.map(|(resp, _)| resp);
         match &result {
             Err(TulipError::Engine(e)) => {
                 tracing::error!(request_id = %request_id, error = %e, "request failed")
@@ -153,4 +170,39 @@ impl Tulip for TulipService {
             pair_template: m.pair_template.clone(),
         }))
     }
+}
+
+/// A request's phases as spans under its `embed` span, when traces are
+/// exported. They happen on the scheduler and completion threads, and one
+/// engine step serves several requests, so rather than a span per step
+/// shared by many traces, each request gets its own spans, recorded here
+/// after its answer with the times its `Timing` measured (all from its
+/// arrival in the queue):
+/// - `queue_wait`: arrival → its last sequence scheduled;
+/// - `engine_step`: the launch of the first step holding its sequences →
+///   the rows of its last sequence delivered (one span even when its
+///   sequences were spread over several steps);
+/// - `completion`: rows delivered → the answer back on this I/O thread.
+fn record_phases(span: &tracing::Span, resp: &EmbedResponse, arrived: Instant, class: Option<Class>) {
+    if !telemetry::enabled() {
+        return;
+    }
+    let Some(t) = &resp.timing else { return };
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let at = |i: Instant| wall - now.saturating_duration_since(i);
+    let us = Duration::from_micros;
+    let scheduled = arrived + us(t.queue_us);
+    let delivered = arrived + us(t.total_us);
+    let launched = delivered.checked_sub(us(t.inference_us)).unwrap_or(arrived);
+    let class = class.map_or("unknown", Class::as_str);
+    use telemetry::{record_child, KeyValue};
+    record_child(span, "queue_wait", at(arrived), at(scheduled), vec![KeyValue::new("priority", class)]);
+    record_child(
+        span,
+        "engine_step",
+        at(launched),
+        at(delivered),
+        vec![KeyValue::new("tokens", resp.tokens as i64)],
+    );
+    record_child(span, "completion", at(delivered), at(now), Vec::new());
 }
