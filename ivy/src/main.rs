@@ -57,10 +57,13 @@ fn main() -> std::process::ExitCode {
     let settings = telemetry::Settings {
         filter: &config.log,
         json: config.json_output,
-        otlp: config.otlp_endpoint.clone().map(|endpoint| telemetry::Otlp {
-            endpoint,
-            service_name: config.otlp_service_name.clone(),
-        }),
+        otlp: config
+            .otlp_endpoint
+            .clone()
+            .map(|endpoint| telemetry::Otlp {
+                endpoint,
+                service_name: config.otlp_service_name.clone(),
+            }),
     };
     // Held to the end: dropping it flushes the spans not yet exported.
     let _traces = match telemetry::init(settings) {

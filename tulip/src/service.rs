@@ -183,7 +183,12 @@ impl Tulip for TulipService {
 ///   the rows of its last sequence delivered (one span even when its
 ///   sequences were spread over several steps);
 /// - `completion`: rows delivered → the answer back on this I/O thread.
-fn record_phases(span: &tracing::Span, resp: &EmbedResponse, arrived: Instant, class: Option<Class>) {
+fn record_phases(
+    span: &tracing::Span,
+    resp: &EmbedResponse,
+    arrived: Instant,
+    class: Option<Class>,
+) {
     if !telemetry::enabled() {
         return;
     }
@@ -196,7 +201,13 @@ fn record_phases(span: &tracing::Span, resp: &EmbedResponse, arrived: Instant, c
     let launched = delivered.checked_sub(us(t.inference_us)).unwrap_or(arrived);
     let class = class.map_or("unknown", Class::as_str);
     use telemetry::{record_child, KeyValue};
-    record_child(span, "queue_wait", at(arrived), at(scheduled), vec![KeyValue::new("priority", class)]);
+    record_child(
+        span,
+        "queue_wait",
+        at(arrived),
+        at(scheduled),
+        vec![KeyValue::new("priority", class)],
+    );
     record_child(
         span,
         "engine_step",

@@ -82,7 +82,8 @@ async fn send(
         }
         let _spin = state.spinner.call();
         // Each try is its own span; Tulip's spans hang under the one that reached it.
-        let span = tracing::debug_span!("attempt", attempt = i64::from(attempt), replica = %replica.url);
+        let span =
+            tracing::debug_span!("attempt", attempt = i64::from(attempt), replica = %replica.url);
         match replica.embed(request.clone()).instrument(span).await {
             Ok(reply) => return Ok(reply),
             Err(AttemptError::Fatal(e)) => return Err(e),

@@ -14,9 +14,9 @@ use std::future::Future;
 use std::time::Instant;
 
 use ivy_tokenizer::Direction;
+use proto::tulip::v1::{self as tulip, EmbedRequest, OutputKind};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
-use proto::tulip::v1::{self as tulip, EmbedRequest, OutputKind};
 
 pub use self::output::Output;
 use crate::error::ApiError;
