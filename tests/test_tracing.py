@@ -188,6 +188,19 @@ def test_without_a_traceparent_ivy_starts_a_trace(traced, collector):
                          for s in collector.snapshot()), "Tulip's spans in the new trace", timeout=30)
 
 
+def test_probes_and_scrapes_start_no_trace(traced, collector):
+    ivy, _ = traced
+    for path in ("/health", "/ready", "/metrics"):
+        assert ivy.get(path)[0] == 200
+    # A request after them: once its spans are in, the probes' would be too.
+    status, _ = ivy.post_json("/v1/embeddings", {"input": "after the probes"}, {"x-request-id": "traced-after"})
+    assert status == 200
+    wait_for(lambda: any(s["attrs"].get("id") == "traced-after" for s in collector.snapshot()),
+             "the request's spans", timeout=30)
+    paths = {s["attrs"].get("path") for s in collector.snapshot() if s["name"] == "request"}
+    assert not paths & {"/health", "/ready", "/metrics"}, paths
+
+
 def test_off_by_default_a_traceparent_changes_nothing(ivy_minilm, tulip_minilm):
     status, body = ivy_minilm.post_json("/v1/embeddings", {"input": "x"}, {
         "traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"})

@@ -63,6 +63,7 @@ fn main() -> std::process::ExitCode {
             .map(|endpoint| telemetry::Otlp {
                 endpoint,
                 service_name: config.otlp_service_name.clone(),
+                untraced_paths: &auth::PUBLIC_PATHS,
             }),
     };
     // Held to the end: dropping it flushes the spans not yet exported.

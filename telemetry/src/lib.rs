@@ -15,9 +15,11 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{SamplingDecision, SamplingResult};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, ShouldSample};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
@@ -57,6 +59,9 @@ pub struct Otlp {
     pub endpoint: String,
     /// `service.name` of the exported spans.
     pub service_name: String,
+    /// Request paths that start no trace (probes and scrapes, which would
+    /// otherwise add a one-span trace every few seconds).
+    pub untraced_paths: &'static [&'static str],
 }
 
 /// Keeps the exporter alive; dropping it flushes the spans still buffered
@@ -156,6 +161,7 @@ fn exporter(otlp: &Otlp) -> Result<(Guard, SdkTracer), String> {
     };
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
+        .with_sampler(SkipPaths(otlp.untraced_paths))
         .with_resource(
             Resource::builder()
                 .with_service_name(otlp.service_name.clone())
@@ -168,6 +174,33 @@ fn exporter(otlp: &Otlp) -> Result<(Guard, SdkTracer), String> {
         runtime: Some(runtime),
     };
     Ok((guard, tracer))
+}
+
+/// The default sampling (follow the caller's sampled flag, else record
+/// everything), except spans whose `path` attribute is one of these.
+#[derive(Debug, Clone)]
+struct SkipPaths(&'static [&'static str]);
+
+impl ShouldSample for SkipPaths {
+    fn should_sample(
+        &self,
+        parent: Option<&opentelemetry::Context>,
+        trace_id: opentelemetry::trace::TraceId,
+        name: &str,
+        kind: &opentelemetry::trace::SpanKind,
+        attributes: &[KeyValue],
+        links: &[opentelemetry::trace::Link],
+    ) -> SamplingResult {
+        let default = Sampler::ParentBased(Box::new(Sampler::AlwaysOn));
+        let mut result = default.should_sample(parent, trace_id, name, kind, attributes, links);
+        let untraced = attributes
+            .iter()
+            .any(|kv| kv.key.as_str() == "path" && self.0.iter().any(|p| kv.value.as_str() == *p));
+        if untraced {
+            result.decision = SamplingDecision::Drop;
+        }
+        result
+    }
 }
 
 /// Whether traces are exported; call sites skip tracing-only work when not.

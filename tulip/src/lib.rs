@@ -72,6 +72,7 @@ fn serve(
         otlp: otlp_endpoint.map(|endpoint| telemetry::Otlp {
             endpoint,
             service_name: otlp_service_name,
+            untraced_paths: &[],
         }),
     })
     .map_err(PyValueError::new_err)?;
