@@ -25,6 +25,7 @@ COMMANDS = {
     "overlap": "overlap",
     "isolation": "isolation",
     "bulk": "bulk",
+    "tracing": "tracing",
 }
 
 

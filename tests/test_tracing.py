@@ -6,17 +6,15 @@ Tulip's phases, with request id, token counts and replica as attributes."""
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
-from concurrent import futures
 
 import grpc
 import pytest
 
-from tests.servers import Ivy, Tulip, free_port, wait_for
+from tests.servers import Ivy, Tulip, wait_for
 
-trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
-trace_service_grpc = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc")
+pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+from tests.otlp import Collector  # noqa: E402 (needs opentelemetry-proto)
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -24,56 +22,11 @@ CALLER_SPAN = "00f067aa0ba902b7"
 FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
-class Collector(trace_service_grpc.TraceServiceServicer):
-    """Keeps every exported span as a flat dict: ids in hex, the
-    exporting process's ``service.name``, attributes as plain values."""
-
-    def __init__(self):
-        self.spans: list[dict] = []
-        self.lock = threading.Lock()
-
-    def Export(self, request, context):
-        with self.lock:
-            for rs in request.resource_spans:
-                resource = _attrs(rs.resource.attributes)
-                for ss in rs.scope_spans:
-                    for s in ss.spans:
-                        self.spans.append({
-                            "service": resource.get("service.name"),
-                            "name": s.name,
-                            "trace_id": s.trace_id.hex(),
-                            "span_id": s.span_id.hex(),
-                            "parent": s.parent_span_id.hex(),
-                            "start": s.start_time_unix_nano,
-                            "end": s.end_time_unix_nano,
-                            "attrs": _attrs(s.attributes),
-                        })
-        return trace_service.ExportTraceServiceResponse()
-
-    def snapshot(self) -> list[dict]:
-        with self.lock:
-            return list(self.spans)
-
-
-def _attrs(kvs) -> dict:
-    out = {}
-    for kv in kvs:
-        v = kv.value
-        out[kv.key] = getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
-    return out
-
-
 @pytest.fixture(scope="module")
 def collector():
-    c = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    trace_service_grpc.add_TraceServiceServicer_to_server(c, server)
-    port = free_port()
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    server.start()
-    c.endpoint = f"http://127.0.0.1:{port}"
+    c = Collector().start()
     yield c
-    server.stop(0)
+    c.stop()
 
 
 @pytest.fixture(scope="module")
