@@ -29,6 +29,12 @@ impl HfTokenizer {
         Ok(Self { inner, added_ids })
     }
 
+    pub(crate) fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| Error::Decode(e.to_string()))
+    }
+
     pub(crate) fn encode(
         &self,
         a: &str,

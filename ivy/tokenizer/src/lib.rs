@@ -42,6 +42,8 @@ pub enum Error {
     Invalid(String),
     #[error("tokenization failed: {0}")]
     Encode(String),
+    #[error("decoding failed: {0}")]
+    Decode(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -215,6 +217,16 @@ impl Tokenizer {
         match &self.inner {
             Inner::Native(n) => n.encode(a, b, opts, out),
             Inner::Hf(h) => h.encode(a, b, opts, out),
+        }
+    }
+
+    /// Token ids back to text, exactly as Hugging Face `tokenizers` decodes
+    /// them (its `decode`): ids outside the vocabulary are dropped, special
+    /// tokens too when `skip_special_tokens`.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        match &self.inner {
+            Inner::Native(n) => n.decode(ids, skip_special_tokens),
+            Inner::Hf(h) => h.decode(ids, skip_special_tokens),
         }
     }
 

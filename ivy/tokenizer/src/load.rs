@@ -39,8 +39,13 @@ struct File<'a> {
     post_processor: Option<PostJson>,
     #[serde(borrow)]
     model: ModelJson<'a>,
-    // `truncation` and `padding` are per call; `decoder` is not used to
-    // encode; Hugging Face ignores any other top-level key too.
+    /// Only `decode` uses it: Hugging Face's own decoder components, which
+    /// are small pure functions over token strings (no reason to re-write
+    /// them, and using them keeps `decode` identical by construction).
+    #[serde(default)]
+    decoder: Option<tokenizers::decoders::DecoderWrapper>,
+    // `truncation` and `padding` are per call; Hugging Face ignores any
+    // other top-level key too.
 }
 
 #[derive(Deserialize)]
@@ -240,6 +245,12 @@ pub(crate) fn parse(json: &[u8]) -> std::result::Result<Native, Unsupported> {
         None => Template::none(),
         Some(p) => build_template(p)?,
     };
+    let special = file
+        .added_tokens
+        .iter()
+        .filter(|t| t.special)
+        .map(|t| t.content.clone())
+        .collect();
     let added = build_added(file.added_tokens, &model, normalizer.as_ref())?;
     Ok(Native {
         normalizer,
@@ -247,6 +258,8 @@ pub(crate) fn parse(json: &[u8]) -> std::result::Result<Native, Unsupported> {
         model,
         added,
         template,
+        decoder: file.decoder,
+        special,
     })
 }
 

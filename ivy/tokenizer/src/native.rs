@@ -9,7 +9,7 @@ use crate::normalizers::Normalizer;
 use crate::postprocess::{keep_range, longest_first, Seq, Template};
 use crate::pretokenizers::{PreTokenizer, Words};
 use crate::vocab::Vocab;
-use crate::{unigram, EncodeOptions, Encoding, Result};
+use crate::{unigram, EncodeOptions, Encoding, Error, Result};
 
 /// The tokenization model.
 #[derive(Debug)]
@@ -43,6 +43,10 @@ pub(crate) struct Native {
     pub model: Model,
     pub added: AddedVocab,
     pub template: Template,
+    /// The file's `decoder`; `None` joins token strings with spaces.
+    pub decoder: Option<tokenizers::decoders::DecoderWrapper>,
+    /// Contents of the special added tokens (`decode` can skip them).
+    pub special: std::collections::HashSet<String>,
 }
 
 /// Buffers reused from call to call on one thread.
@@ -85,6 +89,23 @@ impl Native {
         self.added
             .id_to_token(id)
             .or_else(|| self.model.vocab().id_to_token(id))
+    }
+
+    /// Token ids back to text, as Hugging Face's `Tokenizer::decode` does:
+    /// ids outside the vocabulary are dropped, special tokens too when
+    /// asked, and the rest goes through the file's decoder.
+    pub(crate) fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        use tokenizers::Decoder;
+        let tokens: Vec<String> = ids
+            .iter()
+            .filter_map(|&id| self.id_to_token(id))
+            .filter(|t| !skip_special_tokens || !self.special.contains(*t))
+            .map(str::to_owned)
+            .collect();
+        match &self.decoder {
+            Some(d) => d.decode(tokens).map_err(|e| Error::Decode(e.to_string())),
+            None => Ok(tokens.join(" ")),
+        }
     }
 
     pub(crate) fn num_special_tokens(&self, pair: bool) -> usize {
