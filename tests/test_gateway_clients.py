@@ -67,8 +67,8 @@ def test_feature_extraction_parameters(hf_client, st_minilm):
 def test_feature_extraction_errors_surface(hf_client):
     hub = pytest.importorskip("huggingface_hub")
     with pytest.raises(hub.errors.HfHubHTTPError) as e:
-        hf_client.feature_extraction("word " * 600)
-    assert e.value.response.status_code == 413
+        hf_client.feature_extraction("word " * 600, truncate=False)
+    assert e.value.response.status_code == 422
 
 
 @pytest.fixture(scope="module")

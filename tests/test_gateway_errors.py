@@ -50,13 +50,13 @@ def test_malformed_json_and_content_type(ivy_minilm, path):
     ({"inputs": "a", "dimensions": "big"}, 422, "Validation", ["positive integer"]),
     ({"inputs": "a", "prompt_name": 5}, 422, "Validation", ["`prompt_name` must be a string"]),
     ({"inputs": []}, 400, "Empty", ["must not be empty"]),
-    ({"inputs": ""}, 413, "Validation", ["input[0] is an empty string"]),
-    ({"inputs": ["x"] * 65}, 413, "Validation", ["65 inputs exceed the limit of 64"]),
-    ({"inputs": "word " * 600}, 413, "Validation", ["accepts at most 256", "allow truncation"]),
-    ({"inputs": "a", "dimensions": 385}, 413, "Validation", ["between 1 and the model's dimension 384"]),
-    ({"inputs": [[101, 10**6, 102]]}, 413, "Validation", ["outside the vocabulary"]),
-    ({"inputs": "a", "prompt_name": "query"}, 413, "Validation", ["no prompt templates"]),
-    ({"inputs": [[101, 102]], "prompt_name": "query"}, 413, "Validation", ["applies to text inputs"]),
+    ({"inputs": ""}, 422, "Validation", ["input[0] is an empty string"]),
+    ({"inputs": ["x"] * 65}, 422, "Validation", ["65 inputs exceed the limit of 64"]),
+    ({"inputs": "word " * 600, "truncate": False}, 422, "Validation", ["accepts at most 256", "allow truncation"]),
+    ({"inputs": "a", "dimensions": 385}, 422, "Validation", ["between 1 and the model's dimension 384"]),
+    ({"inputs": [[101, 10**6, 102]]}, 422, "Validation", ["outside the vocabulary"]),
+    ({"inputs": "a", "prompt_name": "query"}, 422, "Validation", ["no prompt templates"]),
+    ({"inputs": [[101, 102]], "prompt_name": "query"}, 422, "Validation", ["applies to text inputs"]),
 ])
 def test_embed_errors(ivy_minilm, payload, status, error_type, words):
     assert_tei_error(*ivy_minilm.post_json("/embed", payload), status, error_type, *words)
@@ -83,7 +83,7 @@ def test_truncation_and_token_ids_succeed(ivy_minilm):
     ("/rerank", {"query": "q", "texts": ["t"], "raw_scores": "no"}, 422, "Validation", ["raw_scores"]),
     ("/tokenize", {"inputs": []}, 400, "Empty", ["must not be empty"]),
     ("/tokenize", {"inputs": [1, 2]}, 422, "Validation", ["inputs[0] must be a string"]),
-    ("/tokenize", {"inputs": ["x"] * 65}, 413, "Validation", ["65 inputs exceed the limit of 64"]),
+    ("/tokenize", {"inputs": ["x"] * 65}, 422, "Validation", ["65 inputs exceed the limit of 64"]),
     ("/tokenize", {"inputs": "x", "add_special_tokens": "no"}, 422, "Validation", ["add_special_tokens"]),
 ])
 def test_other_route_errors(ivy_minilm, path, payload, status, error_type, words):
@@ -112,7 +112,7 @@ ROUTES = {
     "/v1/embeddings": "post", "/embed": "post", "/embed_sparse": "post", "/embed_all": "post",
     "/rerank": "post", "/tokenize": "post", "/info": "get", "/health": "get", "/ready": "get",
     "/metrics": "get", "/openapi.json": "get", "/v1/models": "get", "/v1/rerank": "post",
-    "/similarity": "post", "/predict": "post",
+    "/similarity": "post", "/predict": "post", "/decode": "post",
 }
 
 
@@ -179,13 +179,15 @@ def test_document_lists_exactly_the_served_routes(ivy_minilm, openapi):
     ("/v1/embeddings", {"input": "a", "model": "not-served"}, 404),
     ("/embed", {"inputs": ["a", "b"]}, 200),
     ("/embed", {"inputs": []}, 400),
-    ("/embed", {"inputs": "word " * 600}, 413),
+    ("/embed", {"inputs": "word " * 600, "truncate": False}, 422),
     ("/embed", {"inputs": 5}, 422),
     ("/embed_sparse", {"inputs": "a"}, 424),
     ("/rerank", {"query": "q", "texts": ["t"]}, 424),
     ("/predict", {"inputs": "a"}, 424),
     ("/predict", {"inputs": [["a", "b"], "c"]}, 422),
     ("/tokenize", {"inputs": ["a", "b c"]}, 200),
+    ("/decode", {"ids": [[101, 7592, 102], [101, 102]]}, 200),
+    ("/decode", {"ids": "x"}, 422),
 ])
 def test_responses_match_the_document(ivy_minilm, openapi, path, payload, status):
     got, body = ivy_minilm.post_json(path, payload)

@@ -67,7 +67,7 @@ def test_token_limit_per_request(ivy_limited):
     status, body = ivy_limited.post_json("/v1/embeddings", HEAVY)
     assert status == 422 and "over the limit of 1000 per request" in body["error"]["message"], body
     status, body = ivy_limited.post_json("/embed", {"inputs": HEAVY["input"], "truncate": True})
-    assert status == 413 and body["error_type"] == "Validation", body
+    assert status == 422 and body["error_type"] == "Validation", body
 
 
 def test_request_timeout_is_504_and_server_keeps_serving(tulip_minilm, minilm_dir, log_dir):

@@ -133,8 +133,8 @@ def test_rerank_matches_the_replica_best_first(reranker):
 def test_rerank_truncation(reranker):
     ivy, tulip, model = reranker
     long_text = " ".join(corpus_lines("calibration_miracl.txt")[:20])
-    status, body = ivy.post_json("/rerank", {"query": QUERY, "texts": [long_text]})
-    assert status == 413 and body["error_type"] == "Validation" and "at most 512" in body["error"]
+    status, body = ivy.post_json("/rerank", {"query": QUERY, "texts": [long_text], "truncate": False})
+    assert status == 422 and body["error_type"] == "Validation" and "at most 512" in body["error"]
     status, body = ivy.post_json("/rerank", {"query": QUERY, "texts": [long_text, "short"], "truncate": True})
     assert status == 200, body
     pairs = [e.ids for e in hf_tokenizer(model, 512).encode_batch([(QUERY, long_text), (QUERY, "short")])]
@@ -151,7 +151,7 @@ def test_reranker_info_and_refusals(reranker):
     status, body = ivy.post_json("/embed", {"inputs": "x"})
     assert status == 424 and body["error_type"] == "Backend"
     status, body = ivy.post_json("/rerank", {"query": "", "texts": ["t"]})
-    assert status == 413 and "`query` is an empty string" in body["error"]
+    assert status == 422 and "`query` is an empty string" in body["error"]
 
 
 def test_cohere_shaped_rerank(reranker):

@@ -62,7 +62,7 @@ def test_prompted_embeddings_equal_prefixed_text(ivy_templated, ivy_minilm):
 
 def test_unknown_prompt_is_refused(ivy_templated):
     status, body = ivy_templated.post_json("/embed", {"inputs": TEXT, "prompt_name": "passage"})
-    assert status == 413 and body["error_type"] == "Validation"
+    assert status == 422 and body["error_type"] == "Validation"
     assert "`passage` is unknown" in body["error"] and "`document`" in body["error"]
     status, body = ivy_templated.post_json("/v1/embeddings", {"input": TEXT, "prompt_name": "passage"})
     assert status == 422 and body["error"]["param"] == "prompt_name"

@@ -68,6 +68,15 @@ pub struct Config {
     #[arg(long, env = "IVY_MAX_INPUTS", default_value_t = 2048)]
     pub max_inputs: usize,
 
+    /// Default of `truncate` on the text-embeddings-inference routes
+    /// (`/embed`, `/embed_sparse`, `/embed_all`, `/rerank`, `/similarity`)
+    /// when a request does not say: cut inputs longer than the model's
+    /// maximum (true, TEI 1.9's default) or refuse them with 422 (false).
+    /// `--auto-truncate` alone means true.
+    #[arg(long, env = "IVY_AUTO_TRUNCATE", default_value_t = true, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub auto_truncate: bool,
+
     /// Cap on the tokens per input, below the model's own maximum (0 = the
     /// model's maximum as reported by Tulip).
     #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0)]

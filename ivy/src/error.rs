@@ -142,16 +142,18 @@ impl ApiError {
     }
 
     /// text-embeddings-inference's family, status and `error_type` as TEI
-    /// sends them: a broken rule is 413 "Validation", an empty batch 400
-    /// "Empty", a model that cannot do it 424 "Backend", 429 "Overloaded",
-    /// 503 "Unhealthy"; JSON of the wrong shape is 422 as in TEI's extractor.
+    /// 1.9 sends them (its `From<&ErrorType> for StatusCode`): a broken rule
+    /// is 422 "Validation" (413 before 1.9), an empty batch 400 "Empty", a
+    /// model that cannot do it 424 "Backend", 429 "Overloaded", 503
+    /// "Unhealthy"; JSON of the wrong shape is 422 as in TEI's extractor. A
+    /// body over the size limit stays 413, as axum's limit answers in TEI.
     pub fn tei_status(&self) -> (StatusCode, &'static str) {
         match self {
             Self::Malformed(_) => (StatusCode::BAD_REQUEST, "Validation"),
             Self::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "Validation"),
             Self::Schema { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "Validation"),
             Self::Validation { .. } | Self::UpstreamInvalid(_) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "Validation")
+                (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
             }
             Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
@@ -262,7 +264,11 @@ mod tests {
     #[test]
     fn tei_codes_follow_tei() {
         assert_eq!(
-            ApiError::validation("inputs", "x").tei_status().0.as_u16(),
+            ApiError::validation("inputs", "x").tei_status(),
+            (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
+        );
+        assert_eq!(
+            ApiError::PayloadTooLarge { limit: 1 }.tei_status().0.as_u16(),
             413
         );
         assert_eq!(

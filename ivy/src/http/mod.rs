@@ -40,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/predict", post(predict::predict))
         .route("/similarity", post(tei::similarity))
         .route("/tokenize", post(tei::tokenize))
+        .route("/decode", post(tei::decode))
         .route("/info", get(ops::info))
         .route("/openapi.json", get(ops::openapi))
         .route_layer(from_fn_with_state(state.clone(), require_key));

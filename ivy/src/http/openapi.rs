@@ -44,9 +44,9 @@ const TEI_EMBED_ERRORS: [(&str, &str); 11] = [
     ("400", "Body is not JSON, or no inputs (`Empty`)"),
     ("401", "Missing or wrong API key"),
     ("408", "The body was not received within the body timeout (`Validation`)"),
-    ("413", "Body too large, or a limit broken: too many inputs or tokens, an input too long without truncation, unknown prompt (`Validation`)"),
+    ("413", "Body larger than --max-body-bytes (`Validation`)"),
     ("415", "Content-Type is not application/json"),
-    ("422", "JSON of the wrong shape: a missing field, a wrong type, a bad option value"),
+    ("422", "JSON of the wrong shape (a missing field, a wrong type, a bad option value), or a rule broken: too many inputs or tokens, an input too long without truncation, unknown prompt (`Validation`, as TEI 1.9)"),
     ("424", "The model cannot produce this output, or a replica failed (`Backend`)"),
     ("429", "Over the concurrency limit (`Overloaded`)"),
     ("500", "Internal error (the message carries the request id)"),
@@ -112,6 +112,10 @@ pub fn document(config: &Config) -> Value {
                 ok("TokenizeResponse", "Tokens per input"),
                 tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
                       TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7]])) },
+            "/decode": { "post": operation("Token ids back to text (TEI)", Some("DecodeRequest"),
+                ok("DecodeResponse", "One text per sequence"),
+                tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
+                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7], TEI_EMBED_ERRORS[9]])) },
             "/info": { "get": operation("Served model and limits", None, ok("Info", "Model info"),
                 tei(&[("401", "Missing or wrong API key"), ("503", "No replica has answered yet")])) },
             "/openapi.json": { "get": operation("This document", None,
@@ -127,12 +131,12 @@ pub fn document(config: &Config) -> Value {
         "components": {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer",
                 "description": "Required on every route but /health, /ready and /metrics when Ivy runs with --api-key" } },
-            "schemas": schemas(),
+            "schemas": schemas(config),
         },
     })
 }
 
-fn schemas() -> Value {
+fn schemas(config: &Config) -> Value {
     let ids = json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } });
     let input = json!({ "oneOf": [
         { "type": "string" },
@@ -147,12 +151,14 @@ fn schemas() -> Value {
         json!({ "type": "boolean", "default": default,
         "description": "Cut inputs longer than the model's maximum instead of refusing them" })
     };
+    // The TEI routes' default is the server's --auto-truncate.
+    let auto = config.auto_truncate;
     let vector = json!({ "type": "array", "items": { "type": "number" } });
     let priority = json!({ "type": ["string", "null"], "enum": ["interactive", "batch", null],
         "description": "Queue on the replicas: interactive work runs first, batch work (indexing) is never starved; unset decides by size (--interactive-max-tokens)" });
     let embed_fields = |dense: bool| {
         let mut props = json!({
-            "inputs": input, "truncate": truncate(false), "truncation_direction": direction, "prompt_name": prompt,
+            "inputs": input, "truncate": truncate(auto), "truncation_direction": direction, "prompt_name": prompt,
             "priority": priority,
         });
         if dense {
@@ -162,7 +168,7 @@ fn schemas() -> Value {
         }
         json!({ "type": "object", "required": ["inputs"], "properties": props })
     };
-    json!({
+    let mut all = json!({
         "OpenAiEmbeddingRequest": { "type": "object", "required": ["input"], "properties": {
             "input": input, "model": { "type": "string" },
             "encoding_format": { "type": "string", "enum": ["float", "base64"], "default": "float" },
@@ -174,7 +180,7 @@ fn schemas() -> Value {
             "inputs": { "type": "object", "required": ["source_sentence", "sentences"], "properties": {
                 "source_sentence": { "type": "string" },
                 "sentences": { "type": "array", "minItems": 1, "items": { "type": "string" } } } },
-            "truncate": { "type": "boolean" }, "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
+            "truncate": truncate(auto), "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
             "prompt_name": { "type": "string" }, "parameters": { "type": "object" }, "priority": priority } },
         "SimilarityResponse": { "type": "array", "items": { "type": "number" } },
         "CohereRerankRequest": { "type": "object", "required": ["query", "documents"], "properties": {
@@ -224,7 +230,7 @@ fn schemas() -> Value {
         "EmbedAllResponse": { "type": "array", "items": { "type": "array", "items": vector } },
         "RerankRequest": { "type": "object", "required": ["query", "texts"], "properties": {
             "query": { "type": "string" }, "texts": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
-            "truncate": truncate(false), "truncation_direction": direction,
+            "truncate": truncate(auto), "truncation_direction": direction,
             "raw_scores": { "type": "boolean", "default": false }, "return_text": { "type": "boolean", "default": false },
             "priority": priority } },
         "PredictRequest": { "type": "object", "required": ["inputs"], "properties": {
@@ -250,16 +256,36 @@ fn schemas() -> Value {
             "type": "object", "required": ["id", "text", "special", "start", "stop"], "properties": {
                 "id": { "type": "integer" }, "text": { "type": "string" }, "special": { "type": "boolean" },
                 "start": { "type": ["integer", "null"] }, "stop": { "type": ["integer", "null"] } } } } },
-        "Info": { "type": "object", "required": ["model_id", "model_type", "dimension", "max_input_length",
-                                                  "max_client_batch_size", "kinds", "version"], "properties": {
-            "model_id": { "type": "string" }, "model_type": { "type": "object" }, "dimension": { "type": "integer" },
+        "Ready": { "type": "object", "required": ["ready", "draining", "healthy_replicas", "replicas"], "properties": {
+            "ready": { "type": "boolean" }, "draining": { "type": "boolean" },
+            "healthy_replicas": { "type": "integer" }, "replicas": { "type": "integer" } } },
+    });
+    // A second literal: one this size is past `json!`'s recursion limit.
+    let more = json!({
+        "DecodeRequest": { "type": "object", "required": ["ids"], "properties": {
+            "ids": { "oneOf": [ids, { "type": "array", "items": ids, "minItems": 1 }] },
+            "skip_special_tokens": { "type": "boolean", "default": true } } },
+        "DecodeResponse": { "type": "array", "items": { "type": "string" } },
+        "Info": { "type": "object", "required": ["model_id", "model_sha", "model_dtype", "served_model_name", "model_type",
+                                                  "max_concurrent_requests", "max_input_length", "max_batch_tokens",
+                                                  "max_batch_requests", "max_client_batch_size", "auto_truncate",
+                                                  "tokenization_workers", "version", "sha", "docker_label",
+                                                  "dimension", "kinds"], "properties": {
+            "model_id": { "type": "string" }, "model_sha": { "type": ["string", "null"] },
+            "model_dtype": { "type": "string" }, "served_model_name": { "type": "string" },
+            "model_type": { "type": "object" }, "dimension": { "type": "integer" },
             "max_input_length": { "type": "integer" }, "max_client_batch_size": { "type": "integer" },
+            "max_batch_tokens": { "type": "integer" }, "max_batch_requests": { "type": ["integer", "null"] },
+            "auto_truncate": { "type": "boolean", "description": "The default of `truncate` on the TEI routes (--auto-truncate)" },
+            "tokenization_workers": { "type": "integer" },
+            "sha": { "type": ["string", "null"] }, "docker_label": { "type": ["string", "null"] },
             "max_tokens_per_request": { "type": "integer" }, "max_concurrent_requests": { "type": "integer" },
             "kinds": { "type": "array", "items": { "type": "string", "enum": ["dense", "sparse", "multi_vector", "score"] } },
             "prompts": { "type": "array", "items": { "type": "string" } },
             "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" } } },
-        "Ready": { "type": "object", "required": ["ready", "draining", "healthy_replicas", "replicas"], "properties": {
-            "ready": { "type": "boolean" }, "draining": { "type": "boolean" },
-            "healthy_replicas": { "type": "integer" }, "replicas": { "type": "integer" } } },
-    })
+    });
+    if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
+        all.extend(more);
+    }
+    all
 }

@@ -39,8 +39,9 @@ pub async fn ready(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// The served model and Ivy's limits, in text-embeddings-inference's shape
-/// (plus `kinds` and the prompt templates).
+/// The served model and Ivy's limits, in text-embeddings-inference 1.9's
+/// shape (every field it sends), plus `kinds`, `dimension`, `vocab_size`,
+/// `device`, `max_tokens_per_request` and the prompt templates.
 pub async fn info(State(state): State<AppState>) -> Response {
     let result = match state.replicas.model() {
         None => Err(no_replica()),
@@ -86,8 +87,9 @@ pub async fn info(State(state): State<AppState>) -> Response {
                 "max_batch_requests": m.max_batch_sequences,
                 "max_client_batch_size": state.config.max_inputs,
                 "max_tokens_per_request": state.config.max_tokens_per_request,
-                "auto_truncate": false,
-                "tokenization_workers": null,
+                "auto_truncate": state.config.auto_truncate,
+                // Large tokenization jobs spread over every core.
+                "tokenization_workers": std::thread::available_parallelism().map_or(1, |n| n.get()),
                 "vocab_size": m.vocab_size,
                 "device": m.device,
                 "prompts": templates.prompts.keys().collect::<Vec<_>>(),

@@ -1,7 +1,8 @@
-//! The routes compatible with Hugging Face text-embeddings-inference:
-//! `/embed`, `/embed_sparse`, `/embed_all`, `/rerank`, `/tokenize`, with
-//! TEI's request fields, response shapes, defaults (`truncate` false,
-//! `normalize` true) and error shape `{"error", "error_type"}`.
+//! The routes compatible with Hugging Face text-embeddings-inference 1.9:
+//! `/embed`, `/embed_sparse`, `/embed_all`, `/rerank`, `/similarity`,
+//! `/tokenize`, `/decode`, with TEI's request fields, response shapes,
+//! defaults (`truncate` from `--auto-truncate`, `normalize` true,
+//! `skip_special_tokens` true) and error shape `{"error", "error_type"}`.
 
 use std::time::Instant;
 
@@ -16,7 +17,7 @@ use super::body::json_body;
 use super::fields::{self, Object, Rows};
 use super::respond::{finish, json, json_timed, to_json, Api};
 use crate::error::ApiError;
-use crate::pipeline::tokens::{self, Token, TokenizeJob};
+use crate::pipeline::tokens::{self, DecodeJob, Token, TokenizeJob};
 use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
 use crate::state::AppState;
 
@@ -94,7 +95,7 @@ async fn embedding(
     let started = Instant::now();
     let result = async {
         let obj = read(&state, &headers, body)?;
-        let mut options = common_options(&obj)?;
+        let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         if kind == Kind::Dense {
             options.normalize = Some(fields::opt_bool(&obj, "normalize")?.unwrap_or(true));
@@ -130,7 +131,7 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
         };
         let source = fields::string(inputs, "source_sentence")?;
         let sentences = fields::strings(inputs, "sentences")?;
-        let mut options = common_options(&obj)?;
+        let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         options.normalize = Some(true);
         let job = Job {
@@ -176,7 +177,7 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
         };
         let return_text = fields::opt_bool(&obj, "return_text")?.unwrap_or(false);
         let echo = return_text.then(|| texts.clone());
-        let mut options = common_options(&obj)?;
+        let mut options = common_options(&state, &obj)?;
         options.raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
         let job = Job {
             kind: Kind::Score,
@@ -209,6 +210,38 @@ pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: B
     finish(&state, Api::Tei, "tokenize", result)
 }
 
+/// `POST /decode`: token ids back to text, one string per sequence. `ids`
+/// is one sequence or a list of them (`[]` is one empty sequence, as TEI
+/// reads it); ids outside the vocabulary are dropped, as `tokenizers` does.
+pub async fn decode(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let obj = fields::object(
+            json_body(&headers, body, state.config.max_body_bytes)?,
+            "ids",
+        )?;
+        let ids = match obj.get("ids") {
+            Some(serde_json::Value::Array(a)) if a.is_empty() => vec![vec![]],
+            _ => match fields::inputs(&obj, "ids")? {
+                Inputs::Ids(ids) => ids,
+                _ => {
+                    return Err(ApiError::schema(
+                        "ids",
+                        "`ids` must be an array of token ids or an array of such arrays",
+                    ))
+                }
+            },
+        };
+        let job = DecodeJob {
+            ids,
+            skip_special_tokens: fields::opt_bool(&obj, "skip_special_tokens")?.unwrap_or(true),
+        };
+        let texts = tokens::decode(&state, job, state.deadline()).await?;
+        Ok(json(to_json(&texts)?))
+    }
+    .await;
+    finish(&state, Api::Tei, "decode", result)
+}
+
 #[derive(Serialize)]
 struct SimpleToken<'a> {
     id: u32,
@@ -237,9 +270,9 @@ fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Object, Api
     )
 }
 
-fn common_options(obj: &Object) -> Result<Options, ApiError> {
+fn common_options(state: &AppState, obj: &Object) -> Result<Options, ApiError> {
     Ok(Options {
-        truncate: fields::opt_bool(obj, "truncate")?.unwrap_or(false),
+        truncate: fields::opt_bool(obj, "truncate")?.unwrap_or(state.config.auto_truncate),
         direction: fields::direction(obj)?,
         priority: fields::priority(obj)?,
         ..Options::default()

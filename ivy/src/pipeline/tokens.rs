@@ -71,6 +71,54 @@ pub async fn run(
     .await
 }
 
+pub struct DecodeJob {
+    pub ids: Vec<Vec<u32>>,
+    pub skip_special_tokens: bool,
+}
+
+/// Token ids back to text with the served tokenizer, one string per
+/// sequence (the same input limit as every other route).
+pub async fn decode(
+    state: &AppState,
+    job: DecodeJob,
+    deadline: Instant,
+) -> Result<Vec<String>, ApiError> {
+    guarded(state, deadline, async {
+        if job.ids.len() > state.config.max_inputs {
+            return Err(ApiError::validation(
+                "ids",
+                format!(
+                    "{} sequences exceed the limit of {} per request; split the request",
+                    job.ids.len(),
+                    state.config.max_inputs
+                ),
+            ));
+        }
+        let tokenizer = state.tokenizer()?;
+        let skip = job.skip_special_tokens;
+        let inline = job.ids.len() <= INLINE_INPUTS;
+        let run = move || {
+            job.ids
+                .iter()
+                .enumerate()
+                .map(|(i, ids)| {
+                    tokenizer
+                        .decode(ids, skip)
+                        .map_err(|e| ApiError::Internal(format!("ids[{i}]: {e}")))
+                })
+                .collect::<Result<Vec<String>, ApiError>>()
+        };
+        if inline {
+            run()
+        } else {
+            tokio::task::spawn_blocking(run)
+                .await
+                .map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))?
+        }
+    })
+    .await
+}
+
 fn tokens_of(
     tokenizer: &Tokenizer,
     inputs: &[String],

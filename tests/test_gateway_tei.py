@@ -1,0 +1,129 @@
+"""text-embeddings-inference 1.9 parity on the TEI routes: `--auto-truncate`
+(default true) decides `truncate` when a request does not, broken rules are
+422 `Validation`, `/info` carries every field TEI 1.9 sends, `/decode` turns
+ids back into the text Hugging Face `tokenizers` gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.servers import Ivy
+
+LONG = "word " * 600  # far past MiniLM's 256 tokens
+
+# Every key TEI 1.9's /info sends (router/src/lib.rs, `Info`).
+TEI_INFO_KEYS = {
+    "model_id", "model_sha", "model_dtype", "served_model_name", "model_type", "max_concurrent_requests",
+    "max_input_length", "max_batch_tokens", "max_batch_requests", "max_client_batch_size", "auto_truncate",
+    "tokenization_workers", "version", "sha", "docker_label",
+}
+
+
+def get_json(ivy, path):
+    status, body = ivy.get(path)
+    return status, json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def ivy_strict(tulip_minilm, minilm_dir, log_dir):
+    """Ivy with truncation off unless a request asks (`--auto-truncate false`)."""
+    proc = Ivy([tulip_minilm.url], minilm_dir, log_dir=log_dir, auto_truncate="false")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer(minilm_dir):
+    tokenizers = pytest.importorskip("tokenizers")
+    return tokenizers.Tokenizer.from_file(str(Path(minilm_dir) / "tokenizer.json"))
+
+
+# --- --auto-truncate -------------------------------------------------------
+
+@pytest.mark.parametrize("path, payload", [
+    ("/embed", {"inputs": LONG}),
+    ("/similarity", {"inputs": {"source_sentence": LONG, "sentences": ["a", LONG]}}),
+])
+def test_auto_truncate_is_the_default(ivy_minilm, ivy_strict, path, payload):
+    status, body = ivy_minilm.post_json(path, payload)
+    assert status == 200, body
+    status, explicit = ivy_minilm.post_json(path, {**payload, "truncate": True})
+    assert status == 200 and np.allclose(body, explicit, atol=1e-6)
+    # Refused where the server says so, unless the request asks.
+    status, body = ivy_strict.post_json(path, payload)
+    assert status == 422 and body["error_type"] == "Validation" and "allow truncation" in body["error"], body
+    status, asked = ivy_strict.post_json(path, {**payload, "truncate": True})
+    assert status == 200 and np.allclose(asked, explicit, atol=1e-6)
+    # And a request that says false is refused on the default server too.
+    status, body = ivy_minilm.post_json(path, {**payload, "truncate": False})
+    assert status == 422 and body["error_type"] == "Validation", body
+
+
+def test_auto_truncate_from_the_environment(tulip_minilm, minilm_dir, log_dir):
+    ivy = Ivy([tulip_minilm.url], minilm_dir, log_dir=log_dir, env={"IVY_AUTO_TRUNCATE": "false"})
+    try:
+        assert get_json(ivy, "/info")[1]["auto_truncate"] is False
+        assert ivy.post_json("/embed", {"inputs": LONG})[0] == 422
+    finally:
+        ivy.stop()
+
+
+def test_openapi_default_follows_the_flag(ivy_minilm, ivy_strict):
+    for ivy, want in [(ivy_minilm, True), (ivy_strict, False)]:
+        doc = get_json(ivy, "/openapi.json")[1]
+        assert doc["components"]["schemas"]["EmbedRequest"]["properties"]["truncate"]["default"] is want
+
+
+# --- /info -------------------------------------------------------------------
+
+def test_info_has_every_tei_19_field(ivy_minilm, ivy_strict):
+    status, info = get_json(ivy_minilm, "/info")
+    assert status == 200 and TEI_INFO_KEYS <= set(info), TEI_INFO_KEYS - set(info)
+    assert info["auto_truncate"] is True and get_json(ivy_strict, "/info")[1]["auto_truncate"] is False
+    assert info["max_client_batch_size"] == 64  # the fixture's --max-inputs
+    assert info["served_model_name"] == info["model_id"]
+    assert isinstance(info["tokenization_workers"], int) and info["tokenization_workers"] >= 1
+    assert isinstance(info["model_dtype"], str) and info["max_input_length"] == 256
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}
+
+
+# --- /decode -----------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["Hello, World! It's a test.", "héllo wörld don't stop", "a  b\tc"])
+def test_decode_matches_tokenizers(ivy_minilm, hf_tokenizer, text):
+    ids = hf_tokenizer.encode(text).ids
+    for skip in [True, False]:
+        status, body = ivy_minilm.post_json("/decode", {"ids": ids, "skip_special_tokens": skip})
+        assert status == 200 and body == [hf_tokenizer.decode(ids, skip_special_tokens=skip)], body
+    # The default skips special tokens; a batch answers in order.
+    status, body = ivy_minilm.post_json("/decode", {"ids": [ids, ids[1:-1], [101, 10**6, 102]]})
+    want = [hf_tokenizer.decode(i) for i in (ids, ids[1:-1], [101, 10**6, 102])]
+    assert status == 200 and body == want and body[2] == ""
+
+
+def test_decode_round_trips_tokenize(ivy_minilm):
+    tokens = ivy_minilm.post_json("/tokenize", {"inputs": "hello world"})[1][0]
+    status, body = ivy_minilm.post_json("/decode", {"ids": [t["id"] for t in tokens]})
+    assert status == 200 and body == ["hello world"]
+
+
+@pytest.mark.parametrize("payload, status, error_type, words", [
+    ({}, 422, "Validation", "missing field `ids`"),
+    ({"ids": "hello"}, 422, "Validation", "`ids` must be an array"),
+    ({"ids": [1, -2]}, 422, "Validation", "ids[1] must be a non-negative integer"),
+    ({"ids": [[1], "x"]}, 422, "Validation", "ids[1]"),
+    ({"ids": [1], "skip_special_tokens": "no"}, 422, "Validation", "skip_special_tokens"),
+    ({"ids": [[1]] * 65}, 422, "Validation", "65 sequences exceed the limit of 64"),
+])
+def test_decode_errors(ivy_minilm, payload, status, error_type, words):
+    got, body = ivy_minilm.post_json("/decode", payload)
+    assert got == status and body["error_type"] == error_type and words in body["error"], body
+
+
+def test_decode_empty_sequence(ivy_minilm):
+    # TEI reads `[]` as one empty sequence.
+    assert ivy_minilm.post_json("/decode", {"ids": []}) == (200, [""])
