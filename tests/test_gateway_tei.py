@@ -1,17 +1,21 @@
 """text-embeddings-inference 1.9 parity on the TEI routes: `--auto-truncate`
 (default true) decides `truncate` when a request does not, broken rules are
 422 `Validation`, `/info` carries every field TEI 1.9 sends, `/decode` turns
-ids back into the text Hugging Face `tokenizers` gives."""
+ids back into the text Hugging Face `tokenizers` gives; and the streaming
+gRPC call `ivy.v1.Ivy/EmbedStream` answers each message in order, with
+per-message errors that leave the stream open."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
 from tests.servers import Ivy
+from tulip.client import load_stubs
 
 LONG = "word " * 600  # far past MiniLM's 256 tokens
 
@@ -31,7 +35,7 @@ def get_json(ivy, path):
 @pytest.fixture(scope="module")
 def ivy_strict(tulip_minilm, minilm_dir, log_dir):
     """Ivy with truncation off unless a request asks (`--auto-truncate false`)."""
-    proc = Ivy([tulip_minilm.url], minilm_dir, log_dir=log_dir, auto_truncate="false")
+    proc = Ivy([tulip_minilm.url], minilm_dir, log_dir=log_dir, auto_truncate="false", stream_window=2)
     yield proc
     proc.stop()
 
@@ -127,3 +131,105 @@ def test_decode_errors(ivy_minilm, payload, status, error_type, words):
 def test_decode_empty_sequence(ivy_minilm):
     # TEI reads `[]` as one empty sequence.
     assert ivy_minilm.post_json("/decode", {"ids": []}) == (200, [""])
+
+
+# --- gRPC EmbedStream --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stubs():
+    return load_stubs("ivy")
+
+
+def vectors(pb2, response):
+    assert response.WhichOneof("result") == "embedding", response
+    e = response.embedding
+    return np.frombuffer(e.data, dtype="<f4").reshape(e.rows, e.dim)
+
+
+@pytest.mark.parametrize("server", ["ivy_minilm", "ivy_strict"])
+def test_embed_stream_answers_each_message_in_order(request, stubs, st_minilm, server):
+    """Many messages pipelined over one stream (`ivy_strict` runs with a
+    window of 2, so most wait to be read): one answer per message, in
+    order, each the same as the unary call's."""
+    ivy = request.getfixturevalue(server)
+    pb2, pb2_grpc = stubs
+    texts = [[f"message {i}: the cat sat on mat number {i}"] * (1 + i % 3) for i in range(40)]
+    with grpc.insecure_channel(ivy.grpc_target) as channel:
+        stub = pb2_grpc.IvyStub(channel)
+        answers = list(stub.EmbedStream(iter(pb2.EmbedRequest(inputs=t) for t in texts), timeout=120))
+    assert len(answers) == len(texts)
+    for t, a in zip(texts, answers):
+        got = vectors(pb2, a)
+        ref = st_minilm.encode(t, normalize_embeddings=True)
+        assert got.shape == (len(t), 384) and np.allclose(got, ref, atol=1e-4)
+
+
+def test_embed_stream_errors_do_not_end_it(ivy_minilm, stubs):
+    pb2, pb2_grpc = stubs
+    requests = [
+        pb2.EmbedRequest(inputs=["first"]),
+        pb2.EmbedRequest(inputs=[]),
+        pb2.EmbedRequest(inputs=["x", ""]),
+        pb2.EmbedRequest(inputs=["x"], dimensions=999),
+        pb2.EmbedRequest(inputs=[LONG]),  # gRPC truncates only when asked, as TEI's
+        pb2.EmbedRequest(inputs=[LONG], truncate=True),
+        pb2.EmbedRequest(inputs=["last"], dimensions=32),
+    ]
+    with grpc.insecure_channel(ivy_minilm.grpc_target) as channel:
+        stub = pb2_grpc.IvyStub(channel)
+        call = stub.EmbedStream(iter(requests), metadata=[("x-request-id", "stream-1")], timeout=60)
+        answers = list(call)
+        assert call.code() == grpc.StatusCode.OK
+        assert dict(call.initial_metadata())["x-request-id"] == "stream-1"
+    assert [a.WhichOneof("result") for a in answers] == \
+        ["embedding", "error", "error", "error", "error", "embedding", "embedding"]
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    errors = [a.error for a in answers if a.WhichOneof("result") == "error"]
+    assert [e.code for e in errors] == [invalid] * 4
+    for e, words in zip(errors, ["must not be empty", "input[1] is an empty string", "dimensions", "at most 256"]):
+        assert words in e.message, e.message
+    assert vectors(pb2, answers[0]).shape == (1, 384) and vectors(pb2, answers[6]).shape == (1, 32)
+    # Per-message metrics: 3 answered, 4 refused.
+    m = ivy_minilm.metrics()
+    assert m['ivy_requests_total{api="grpc",endpoint="embed_stream",status="InvalidArgument",error="validation"}'] >= 2
+
+
+def test_embed_stream_empty_and_interleaved(ivy_minilm, stubs):
+    """A stream with no messages ends at once with OK; a client that waits
+    for each answer before sending the next (one message in flight) gets
+    each answer as soon as it is ready, not at the end of the stream."""
+    pb2, pb2_grpc = stubs
+    import queue
+
+    with grpc.insecure_channel(ivy_minilm.grpc_target) as channel:
+        stub = pb2_grpc.IvyStub(channel)
+        assert list(stub.EmbedStream(iter([]), timeout=30)) == []
+        outbox: queue.Queue = queue.Queue()
+
+        def requests():
+            while (r := outbox.get()) is not None:
+                yield r
+
+        answers = stub.EmbedStream(requests(), timeout=60)
+        got = []
+        for i in range(5):
+            outbox.put(pb2.EmbedRequest(inputs=[f"ping {i}"] * (i + 1)))
+            got.append(vectors(pb2, next(answers)).shape[0])  # would hang if answers waited for the end
+        outbox.put(None)
+        assert list(answers) == [] and got == [1, 2, 3, 4, 5]
+
+
+def test_embed_stream_api_key(tulip_minilm, minilm_dir, log_dir, stubs):
+    pb2, pb2_grpc = stubs
+    ivy = Ivy([tulip_minilm.url], minilm_dir, log_dir=log_dir, api_key="sekret")
+    try:
+        with grpc.insecure_channel(ivy.grpc_target) as channel:
+            stub = pb2_grpc.IvyStub(channel)
+            with pytest.raises(grpc.RpcError) as e:
+                list(stub.EmbedStream(iter([pb2.EmbedRequest(inputs=["x"])]), timeout=30))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            ok = list(stub.EmbedStream(iter([pb2.EmbedRequest(inputs=["x"])]),
+                                       metadata=[("authorization", "Bearer sekret")], timeout=30))
+            assert vectors(pb2, ok[0]).shape == (1, 384)
+    finally:
+        ivy.stop()

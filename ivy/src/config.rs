@@ -120,6 +120,12 @@ pub struct Config {
     #[arg(long, env = "IVY_BATCH_CHUNKS_PER_REPLICA", default_value_t = 4)]
     pub batch_chunks_per_replica: usize,
 
+    /// Messages of one gRPC `EmbedStream` worked on at once; Ivy reads the
+    /// next message only when fewer are in flight (answers still go out in
+    /// order), so one stream cannot take every concurrency slot.
+    #[arg(long, env = "IVY_STREAM_WINDOW", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub stream_window: u32,
+
     /// Attempts per chunk: a chunk whose replica fails is retried on another
     /// one, up to this many attempts in all, within the request's timeout.
     #[arg(long, env = "IVY_MAX_ATTEMPTS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]

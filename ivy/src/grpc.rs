@@ -3,13 +3,15 @@
 //! `error.rs`; the request id travels in `x-request-id` metadata.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use ivy_tokenizer::Direction;
 use proto::ivy::v1 as pb;
 use proto::ivy::v1::ivy_server::{Ivy, IvyServer};
 use tonic::metadata::{MetadataMap, MetadataValue};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::conn_io::ConnIo;
@@ -193,8 +195,108 @@ async fn embed_job(
     .await
 }
 
+/// One `EmbedStream` message: the unary `Embed` pipeline under its own
+/// request id (`<stream id>/<n>`), its failure folded into the response.
+async fn stream_message(
+    state: AppState,
+    stream_id: RequestId,
+    n: u64,
+    r: pb::EmbedRequest,
+) -> pb::EmbedStreamResponse {
+    use pb::embed_stream_response::Result as Answer;
+    let id = RequestId::from_caller(Some(format!("{stream_id}/{n}").as_bytes()));
+    let span = tracing::info_span!("request", id = %id, rpc = "embed_stream");
+    let started = Instant::now();
+    let deadline = state.deadline();
+    let result = id
+        .clone()
+        .scope(embed_job(&state, r, Kind::Dense, deadline))
+        .instrument(span.clone())
+        .await;
+    let answer = match result {
+        Ok(out) => {
+            state.metrics.request("grpc", "embed_stream", "OK".into(), None);
+            Answer::Embedding(pb::EmbedResponse {
+                rows: out.sequences as u32,
+                dim: out.dim as u32,
+                data: out.data().clone(),
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
+        }
+        Err(e) => {
+            let code = e.grpc_code();
+            state
+                .metrics
+                .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
+            let mut message = e.to_string();
+            if e.is_server_side() {
+                span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
+                message.push_str(&format!(" (request id {id})"));
+            }
+            Answer::Error(pb::StreamError {
+                code: code as i32,
+                message,
+            })
+        }
+    };
+    pb::EmbedStreamResponse {
+        result: Some(answer),
+    }
+}
+
+type EmbedStream = Pin<Box<dyn futures_util::Stream<Item = Result<pb::EmbedStreamResponse, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Ivy for IvyService {
+    type EmbedStreamStream = EmbedStream;
+
+    /// Answers in order with at most `--stream-window` messages in flight:
+    /// `buffered` pulls the next request only when a slot is free, and
+    /// tonic polls for the next answer only when the client has taken the
+    /// last one, so back-pressure runs from the client's reads to ours. A
+    /// broken inbound stream ends the call with its status.
+    async fn embed_stream(
+        &self,
+        request: Request<Streaming<pb::EmbedRequest>>,
+    ) -> Result<Response<Self::EmbedStreamStream>, Status> {
+        let meta = request.metadata();
+        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
+        if let Err(e) = self
+            .state
+            .api_key
+            .check(meta.get("authorization").map(|v| v.as_bytes()))
+        {
+            let code = e.grpc_code();
+            self.state
+                .metrics
+                .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
+            return Err(Status::new(code, e.to_string()));
+        }
+        let header = id.clone();
+        let state = self.state.clone();
+        let window = state.config.stream_window as usize;
+        let answers = request
+            .into_inner()
+            .enumerate()
+            .map(move |(n, message)| {
+                let state = state.clone();
+                let id = id.clone();
+                async move {
+                    match message {
+                        Ok(r) => Ok(stream_message(state, id, n as u64, r).await),
+                        Err(status) => Err(status),
+                    }
+                }
+            })
+            .buffered(window);
+        let mut response = Response::new(Box::pin(answers) as EmbedStream);
+        if let Ok(v) = MetadataValue::try_from(header.as_str()) {
+            response.metadata_mut().insert(HEADER, v);
+        }
+        Ok(response)
+    }
+
     async fn embed(
         &self,
         request: Request<pb::EmbedRequest>,
