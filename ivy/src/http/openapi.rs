@@ -240,7 +240,7 @@ fn schemas(config: &Config) -> Value {
                 { "type": "array", "minItems": 1, "items": { "oneOf": [
                     { "type": "string" },
                     { "type": "array", "minItems": 2, "maxItems": 2, "items": { "type": "string" } } ] } } ] },
-            "raw_scores": { "type": "boolean", "default": false }, "truncate": truncate(false),
+            "raw_scores": { "type": "boolean", "default": false }, "truncate": truncate(auto),
             "truncation_direction": direction, "priority": priority } },
         "PredictResponse": { "oneOf": [
             { "type": "array", "items": schema("Prediction") },

@@ -41,7 +41,7 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
             },
             inputs,
             options: Options {
-                truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(false),
+                truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(state.config.auto_truncate),
                 direction: fields::direction(&obj)?,
                 priority: fields::priority(&obj)?,
                 raw_scores,
