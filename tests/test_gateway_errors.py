@@ -50,7 +50,7 @@ def test_malformed_json_and_content_type(ivy_minilm, path):
     ({"inputs": "a", "dimensions": "big"}, 422, "Validation", ["positive integer"]),
     ({"inputs": "a", "prompt_name": 5}, 422, "Validation", ["`prompt_name` must be a string"]),
     ({"inputs": []}, 400, "Empty", ["must not be empty"]),
-    ({"inputs": ""}, 422, "Validation", ["input[0] is an empty string"]),
+    ({"inputs": ""}, 400, "Empty", ["input[0] is an empty string"]),
     ({"inputs": ["x"] * 65}, 422, "Validation", ["65 inputs exceed the limit of 64"]),
     ({"inputs": "word " * 600, "truncate": False}, 422, "Validation", ["accepts at most 256", "allow truncation"]),
     ({"inputs": "a", "dimensions": 385}, 422, "Validation", ["between 1 and the model's dimension 384"]),

@@ -106,12 +106,11 @@ fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
     )))
 }
 
+/// An empty string is nothing to embed: `Empty` (TEI's 400 "Empty"; 422
+/// on the OpenAI routes, INVALID_ARGUMENT on gRPC).
 fn no_empty_text(texts: &[String], field: &'static str) -> Result<(), ApiError> {
     match texts.iter().position(|t| t.is_empty()) {
-        Some(i) => Err(ApiError::validation(
-            field,
-            format!("{field}[{i}] is an empty string"),
-        )),
+        Some(i) => Err(ApiError::Empty(format!("{field}[{i}] is an empty string"))),
         None => Ok(()),
     }
 }
