@@ -48,6 +48,9 @@ class ModelInfo:
     default_prompt_name: str | None = None
     # A classifier's label names, one per ``classify`` output value.
     labels: tuple[str, ...] = ()
+    # Width of ``token_states`` rows (the hidden size); 0 when the model does
+    # not produce them (only embedding models do, SPLADE excepted).
+    token_states_dimension: int = 0
     # The model's tokenizer.json and the sha256 of its bytes ("" when the
     # directory has none): what a gateway must tokenize with, and how it
     # can tell that two replicas agree.
@@ -109,6 +112,7 @@ class Engine:
             default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
             labels=spec.labels if OutputKind.CLASSIFY in model.kinds else (),
             pair_template=getattr(model, "pair_template", ""),
+            token_states_dimension=spec.hidden_size if OutputKind.DENSE in model.kinds else 0,
             **_tokenizer_identity(spec.path),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
@@ -168,7 +172,8 @@ class Engine:
     def validate(self, batch: Batch) -> None:
         """Checks a batch against the model. Hosts validate requests earlier;
         this is the last line before a kernel sees an id."""
-        if batch.kind.value not in self.info.kinds:
+        states = batch.kind is OutputKind.TOKEN_STATES and self.info.token_states_dimension > 0
+        if batch.kind.value not in self.info.kinds and not states:
             raise InvalidBatchError(
                 f"this model produces {', '.join(self.info.kinds)} outputs, not {batch.kind.value}"
             )

@@ -36,6 +36,10 @@ class OutputKind(str, enum.Enum):
       order of ``ModelInfo.labels``); the host applies softmax or sigmoid.
     - ``sparse_vocab``: one row per sequence, one weight per vocabulary
       entry (SPLADE), mostly zero; the host keeps the non-zero ones.
+    - ``token_states``: one row per token (special tokens included), the
+      encoder's last hidden state, ``token_states_dimension`` float32
+      values each, not normalised (TEI's ``/embed_all``). Every embedding
+      model produces it; ``ModelInfo.kinds`` does not list it.
     """
 
     DENSE = "dense"
@@ -44,6 +48,7 @@ class OutputKind(str, enum.Enum):
     SCORE = "score"
     CLASSIFY = "classify"
     SPARSE_VOCAB = "sparse_vocab"
+    TOKEN_STATES = "token_states"
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,6 @@ def rows_for(kind: OutputKind, layout: Layout) -> int:
     layout of each kind is described in ``interface.OutputKind``)."""
     if kind in (OutputKind.DENSE, OutputKind.SCORE, OutputKind.CLASSIFY, OutputKind.SPARSE_VOCAB):
         return layout.sequences
-    if kind is OutputKind.SPARSE:
+    if kind in (OutputKind.SPARSE, OutputKind.TOKEN_STATES):
         return layout.real_tokens
     return layout.real_tokens - layout.sequences

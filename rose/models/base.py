@@ -52,6 +52,8 @@ class EmbeddingModel(nn.Module):
         hidden = self.encode(x)
         if kind is OutputKind.DENSE:
             return finish_dense(self.dense(hidden, x), x.dimensions, x.normalize)
+        if kind is OutputKind.TOKEN_STATES:
+            return hidden.float()
         return self.head(kind, hidden, x)
 
     def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
