@@ -110,7 +110,6 @@ def test_grpc_tokenize_and_info(stub, st_minilm):
     ("Embed", {"inputs": ["x"], "dimensions": 999}, grpc.StatusCode.INVALID_ARGUMENT, "dimensions"),
     ("Embed", {"inputs": ["x"], "prompt_name": "query"}, grpc.StatusCode.INVALID_ARGUMENT, "no prompt templates"),
     ("EmbedSparse", {"inputs": ["x"]}, grpc.StatusCode.FAILED_PRECONDITION, "does not produce sparse"),
-    ("EmbedAll", {"inputs": ["x"]}, grpc.StatusCode.FAILED_PRECONDITION, "does not produce multi_vector"),
     ("Rerank", {"query": "q", "texts": ["t"]}, grpc.StatusCode.FAILED_PRECONDITION, "does not produce score"),
     ("Rerank", {"query": "q", "texts": []}, grpc.StatusCode.INVALID_ARGUMENT, "must not be empty"),
     ("Tokenize", {"inputs": []}, grpc.StatusCode.INVALID_ARGUMENT, "no inputs"),

@@ -74,7 +74,6 @@ def test_truncation_and_token_ids_succeed(ivy_minilm):
 
 @pytest.mark.parametrize("path, payload, status, error_type, words", [
     ("/embed_sparse", {"inputs": "a"}, 424, "Backend", ["does not produce sparse"]),
-    ("/embed_all", {"inputs": "a"}, 424, "Backend", ["does not produce multi_vector"]),
     ("/rerank", {"query": "q", "texts": ["t"]}, 424, "Backend", ["does not produce score"]),
     ("/rerank", {"texts": ["t"]}, 422, "Validation", ["missing field `query`"]),
     ("/rerank", {"query": "q"}, 422, "Validation", ["missing field `texts`"]),

@@ -150,6 +150,10 @@ def test_reranker_info_and_refusals(reranker):
     assert status == 200 and b'"reranker"' in info
     status, body = ivy.post_json("/embed", {"inputs": "x"})
     assert status == 424 and body["error_type"] == "Backend"
+    # No per-token states from a cross-encoder (TEI's /embed_all is for
+    # embedding models).
+    status, body = ivy.post_json("/embed_all", {"inputs": "x"})
+    assert status == 424 and "does not produce token_states" in body["error"], body
     status, body = ivy.post_json("/rerank", {"query": "", "texts": ["t"]})
     assert status == 422 and "`query` is an empty string" in body["error"]
 

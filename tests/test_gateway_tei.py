@@ -82,6 +82,41 @@ def test_openapi_default_follows_the_flag(ivy_minilm, ivy_strict):
         assert doc["components"]["schemas"]["EmbedRequest"]["properties"]["truncate"]["default"] is want
 
 
+# --- /embed_all: per-token states for any model ----------------------------
+
+def test_embed_all_is_the_last_hidden_state(ivy_minilm, st_minilm, stubs):
+    """MiniLM has no multi-vector head: /embed_all answers TEI's per-token
+    hidden states, every token (special ones included), not normalised,
+    equal to transformers' last_hidden_state; gRPC EmbedAll the same."""
+    import torch
+
+    texts = ["The cat sat on the mat.", "héllo wörld, a longer second sentence here"]
+    status, body = ivy_minilm.post_json("/embed_all", {"inputs": texts})
+    assert status == 200 and len(body) == 2, body
+    bert = st_minilm[0].auto_model.eval()
+    tok = st_minilm.tokenizer
+    for text, got in zip(texts, body):
+        enc = tok(text, return_tensors="pt")
+        with torch.inference_mode():
+            want = bert(**enc).last_hidden_state[0].numpy()
+        got = np.asarray(got, dtype=np.float32)
+        assert got.shape == want.shape == (enc["input_ids"].shape[1], 384)
+        assert np.allclose(got, want, atol=1e-3), np.abs(got - want).max()
+    pb2, pb2_grpc = stubs
+    with grpc.insecure_channel(ivy_minilm.grpc_target) as channel:
+        reply = pb2_grpc.IvyStub(channel).EmbedAll(pb2.EmbedRequest(inputs=texts), timeout=60)
+    rows = np.frombuffer(reply.data, dtype="<f4").reshape(-1, reply.dim)
+    assert list(reply.row_counts) == [len(b) for b in body] and reply.dim == 384
+    assert np.allclose(rows, np.concatenate([np.asarray(b, np.float32) for b in body]), atol=1e-6)
+
+
+def test_embed_all_truncates_by_default(ivy_minilm, ivy_strict):
+    status, body = ivy_minilm.post_json("/embed_all", {"inputs": LONG})
+    assert status == 200 and len(body[0]) == 256
+    status, body = ivy_strict.post_json("/embed_all", {"inputs": LONG})
+    assert status == 422 and body["error_type"] == "Validation"
+
+
 # --- /info -------------------------------------------------------------------
 
 def test_info_has_every_tei_19_field(ivy_minilm, ivy_strict):

@@ -28,7 +28,7 @@ import numpy as np
 
 PROTO_ROOT = Path(__file__).resolve().parents[1] / "proto"
 
-KINDS = {"dense": 1, "sparse": 2, "multi_vector": 3, "score": 4, "classify": 5}
+KINDS = {"dense": 1, "sparse": 2, "multi_vector": 3, "score": 4, "classify": 5, "token_states": 6}
 PRIORITIES = {"unspecified": 0, "interactive": 1, "batch": 2}
 
 
@@ -163,7 +163,8 @@ class Output:
     """A decoded Embed response."""
 
     kind: str
-    # dense, score: [n, dim]; multi_vector: list of [rows_i, dim]; sparse:
+    # dense, score: [n, dim]; multi_vector, token_states: list of
+    # [rows_i, dim]; sparse:
     # list of dicts {token id: weight}.
     values: object
     tokens: int
@@ -223,7 +224,7 @@ def decode(resp) -> Output:
     data = np.frombuffer(resp.data, dtype="<f4")
     if kind in ("dense", "score", "classify"):
         values = data.reshape(resp.rows, resp.dim)
-    elif kind == "multi_vector":
+    elif kind in ("multi_vector", "token_states"):
         values, start = [], 0
         for n in resp.row_counts:
             values.append(data[start * resp.dim:(start + n) * resp.dim].reshape(n, resp.dim))

@@ -349,7 +349,8 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedAllResponse>, Status> {
         self.call("embed_all", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let out = embed_job(&state, r, Kind::MultiVector, deadline).await?;
+            let kind = Kind::embed_all(state.replicas.model().as_deref());
+            let out = embed_job(&state, r, kind, deadline).await?;
             Ok(pb::EmbedAllResponse {
                 row_counts: out.row_counts().to_vec(),
                 dim: out.dim as u32,

@@ -23,6 +23,8 @@ pub enum Kind {
     Classify,
     /// One weight per vocabulary entry (SPLADE); on the wire it is SPARSE.
     SparseVocab,
+    /// The encoder's last hidden state per token.
+    TokenStates,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             Self::Score => "score",
             Self::Classify => "classify",
             Self::SparseVocab => "sparse_vocab",
+            Self::TokenStates => "token_states",
         }
     }
 
@@ -45,6 +48,7 @@ impl Kind {
             Self::Score,
             Self::Classify,
             Self::SparseVocab,
+            Self::TokenStates,
         ]
         .into_iter()
         .find(|k| k.as_str() == name)
@@ -60,6 +64,7 @@ impl Kind {
             OutputKind::MultiVector => Some(Self::MultiVector),
             OutputKind::Score => Some(Self::Score),
             OutputKind::Classify => Some(Self::Classify),
+            OutputKind::TokenStates => Some(Self::TokenStates),
         }
     }
 
@@ -70,6 +75,7 @@ impl Kind {
             Self::MultiVector => OutputKind::MultiVector,
             Self::Score => OutputKind::Score,
             Self::Classify => OutputKind::Classify,
+            Self::TokenStates => OutputKind::TokenStates,
         }
     }
 }
@@ -98,6 +104,8 @@ pub struct ModelInfo {
     pub labels: Vec<String>,
     /// Causal-LM rerankers: the text a (query, document) pair becomes.
     pub pair_template: String,
+    /// Width of token-state rows; 0 when the model does not produce them.
+    pub token_states_dimension: u32,
 }
 
 impl ModelInfo {
@@ -112,6 +120,12 @@ impl ModelInfo {
         } else {
             asked
         }
+    }
+
+    /// Whether the model produces `kind` (token states are not in `kinds`:
+    /// every embedding model has them).
+    pub fn produces(&self, kind: Kind) -> bool {
+        self.kinds.contains(&kind) || (kind == Kind::TokenStates && self.token_states_dimension > 0)
     }
 
     /// The kinds as the wire names them (SPLADE's as SPARSE), once each.
@@ -264,6 +278,7 @@ impl EngineHandle {
             pooling: get("pooling")?.extract()?,
             normalize_default: get("normalize_default")?.extract()?,
             kinds,
+            token_states_dimension: optional_u32(&info, "token_states_dimension")?,
             multi_vector_dimension: get("multi_vector_dimension")?.extract()?,
             dtype: get("dtype")?.extract()?,
             device: get("device")?.extract()?,
@@ -340,6 +355,14 @@ fn optional(info: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
     match info.getattr(name) {
         Ok(v) if !v.is_none() => v.extract(),
         _ => Ok(String::new()),
+    }
+}
+
+/// A count an engine may not report (test engines, older ROSE): 0.
+fn optional_u32(info: &Bound<'_, PyAny>, name: &str) -> PyResult<u32> {
+    match info.getattr(name) {
+        Ok(v) if !v.is_none() => v.extract(),
+        _ => Ok(0),
     }
 }
 

@@ -15,7 +15,7 @@ pub fn rows_for(kind: Kind, len: usize) -> usize {
     match kind {
         Kind::Dense | Kind::Score | Kind::Classify | Kind::SparseVocab => 1,
         Kind::MultiVector => len.saturating_sub(1),
-        Kind::Sparse => len,
+        Kind::Sparse | Kind::TokenStates => len,
     }
 }
 
@@ -45,7 +45,7 @@ impl Accumulator {
             Kind::Score => Self::Scores {
                 data: vec![0; sequences * 4],
             },
-            Kind::MultiVector => Self::Rows {
+            Kind::MultiVector | Kind::TokenStates => Self::Rows {
                 dim,
                 per_seq: vec![Vec::new(); sequences],
             },
@@ -226,6 +226,7 @@ mod tests {
     fn rows_per_kind() {
         assert_eq!(rows_for(Kind::Dense, 7), 1);
         assert_eq!(rows_for(Kind::MultiVector, 7), 6);
+        assert_eq!(rows_for(Kind::TokenStates, 7), 7);
         assert_eq!(rows_for(Kind::Sparse, 7), 7);
     }
 }

@@ -157,6 +157,7 @@ impl Tulip for TulipService {
             normalize_default: m.normalize_default,
             kinds: m.wire_kinds().into_iter().map(|k| k as i32).collect(),
             multi_vector_dimension: m.multi_vector_dimension,
+            token_states_dimension: m.token_states_dimension,
             dtype: m.dtype.clone(),
             device: m.device.clone(),
             max_request_sequences: self.limits.max_request_sequences as u32,

@@ -28,6 +28,7 @@ pub fn validate(
             let n = offsets.len() - 1;
             let width = match kind {
                 Kind::MultiVector => model.multi_vector_dimension,
+                Kind::TokenStates => model.token_states_dimension,
                 Kind::Classify => model.labels.len() as u32,
                 _ => dimensions,
             };
@@ -61,7 +62,7 @@ fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Check
     let Some(kind) = Kind::from_proto(req.kind).map(|k| model.engine_kind(k)) else {
         return invalid(format!("unknown output kind {}", req.kind));
     };
-    if !model.kinds.contains(&kind) {
+    if !model.produces(kind) {
         let have: Vec<&str> = model.kinds.iter().map(|k| k.as_str()).collect();
         return invalid(format!(
             "model {} does not produce {} outputs (it produces: {})",
@@ -157,6 +158,7 @@ mod tests {
             default_prompt_name: String::new(),
             labels: Vec::new(),
             pair_template: String::new(),
+            token_states_dimension: 0,
         }
     }
 

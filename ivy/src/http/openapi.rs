@@ -100,7 +100,7 @@ pub fn document(config: &Config) -> Value {
                 ok("EmbedResponse", "One vector per input"), tei_embed()) },
             "/embed_sparse": { "post": operation("Sparse lexical weights (TEI)", Some("EmbedSparseRequest"),
                 ok("EmbedSparseResponse", "(token id, weight) pairs per input"), tei_embed()) },
-            "/embed_all": { "post": operation("Multi-vector embeddings (TEI)", Some("EmbedAllRequest"),
+            "/embed_all": { "post": operation("Per-token vectors (TEI): the last hidden state of every token, or the multi-vector head's vectors when the model has one", Some("EmbedAllRequest"),
                 ok("EmbedAllResponse", "Vectors per input"), tei_embed()) },
             "/rerank": { "post": operation("Rerank texts against a query (TEI)", Some("RerankRequest"),
                 ok("RerankResponse", "Texts best first"), tei_embed()) },

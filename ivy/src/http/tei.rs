@@ -57,11 +57,12 @@ pub async fn embed_sparse(
 }
 
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let kind = Kind::embed_all(state.replicas.model().as_deref());
     embedding(
         state,
         headers,
         body,
-        Kind::MultiVector,
+        kind,
         "embed_all",
         |out| {
             let all: Vec<Rows> = (0..out.sequences)

@@ -35,6 +35,8 @@ pub enum Kind {
     Score,
     /// A classifier's logits, one per label.
     Classify,
+    /// The encoder's last hidden state of every token (TEI's `/embed_all`).
+    TokenStates,
 }
 
 impl Kind {
@@ -45,6 +47,7 @@ impl Kind {
             Self::MultiVector => OutputKind::MultiVector,
             Self::Score => OutputKind::Score,
             Self::Classify => OutputKind::Classify,
+            Self::TokenStates => OutputKind::TokenStates,
         }
     }
 
@@ -56,6 +59,7 @@ impl Kind {
             Self::MultiVector => "multi_vector",
             Self::Score => "score",
             Self::Classify => "classify",
+            Self::TokenStates => "token_states",
         }
     }
 
@@ -66,6 +70,17 @@ impl Kind {
             OutputKind::MultiVector => Some(Self::MultiVector),
             OutputKind::Score => Some(Self::Score),
             OutputKind::Classify => Some(Self::Classify),
+            OutputKind::TokenStates => Some(Self::TokenStates),
+        }
+    }
+
+    /// What `/embed_all` (and gRPC `EmbedAll`) serve: the multi-vector
+    /// head's vectors when the model has one (ColBERT users keep them),
+    /// else per-token hidden states as TEI does for any model.
+    pub fn embed_all(model: Option<&tulip::InfoResponse>) -> Self {
+        match model {
+            Some(m) if m.kinds.contains(&(OutputKind::MultiVector as i32)) => Self::MultiVector,
+            _ => Self::TokenStates,
         }
     }
 }

@@ -85,7 +85,10 @@ fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
         .filter_map(|&k| Kind::from_proto(k))
         .collect();
     // A replica that lists nothing produces dense vectors only.
-    let produces = if kinds.is_empty() {
+    let produces = if kind == Kind::TokenStates {
+        // Not listed in `kinds`: every embedding model has them.
+        model.token_states_dimension > 0
+    } else if kinds.is_empty() {
         kind == Kind::Dense
     } else {
         kinds.contains(&kind)
