@@ -105,7 +105,7 @@ def test_grpc_tokenize_and_info(stub, st_minilm):
 
 @pytest.mark.parametrize("call, request_args, code, words", [
     ("Embed", {"inputs": []}, grpc.StatusCode.INVALID_ARGUMENT, "must not be empty"),
-    ("Embed", {"inputs": ["x", ""]}, grpc.StatusCode.INVALID_ARGUMENT, "input[1] is an empty string"),
+    ("Embed", {"inputs": ["x", ""]}, grpc.StatusCode.INVALID_ARGUMENT, "inputs[1] is an empty string"),
     ("Embed", {"inputs": ["word " * 600]}, grpc.StatusCode.INVALID_ARGUMENT, "at most 256"),
     ("Embed", {"inputs": ["x"], "dimensions": 999}, grpc.StatusCode.INVALID_ARGUMENT, "dimensions"),
     ("Embed", {"inputs": ["x"], "prompt_name": "query"}, grpc.StatusCode.INVALID_ARGUMENT, "no prompt templates"),

@@ -221,7 +221,7 @@ def test_embed_stream_errors_do_not_end_it(ivy_minilm, stubs):
     invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
     errors = [a.error for a in answers if a.WhichOneof("result") == "error"]
     assert [e.code for e in errors] == [invalid] * 4
-    for e, words in zip(errors, ["must not be empty", "input[1] is an empty string", "dimensions", "at most 256"]):
+    for e, words in zip(errors, ["must not be empty", "inputs[1] is an empty string", "dimensions", "at most 256"]):
         assert words in e.message, e.message
     assert vectors(pb2, answers[0]).shape == (1, 384) and vectors(pb2, answers[6]).shape == (1, 32)
     # Per-message metrics: 3 answered, 4 refused.

@@ -268,7 +268,10 @@ mod tests {
             (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
         );
         assert_eq!(
-            ApiError::PayloadTooLarge { limit: 1 }.tei_status().0.as_u16(),
+            ApiError::PayloadTooLarge { limit: 1 }
+                .tei_status()
+                .0
+                .as_u16(),
             413
         );
         assert_eq!(

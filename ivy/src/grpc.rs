@@ -188,6 +188,7 @@ async fn embed_job(
         Job {
             kind,
             inputs: Inputs::Texts(r.inputs),
+            field: "inputs",
             options,
         },
         deadline,
@@ -215,7 +216,9 @@ async fn stream_message(
         .await;
     let answer = match result {
         Ok(out) => {
-            state.metrics.request("grpc", "embed_stream", "OK".into(), None);
+            state
+                .metrics
+                .request("grpc", "embed_stream", "OK".into(), None);
             Answer::Embedding(pb::EmbedResponse {
                 rows: out.sequences as u32,
                 dim: out.dim as u32,
@@ -245,7 +248,8 @@ async fn stream_message(
     }
 }
 
-type EmbedStream = Pin<Box<dyn futures_util::Stream<Item = Result<pb::EmbedStreamResponse, Status>> + Send>>;
+type EmbedStream =
+    Pin<Box<dyn futures_util::Stream<Item = Result<pb::EmbedStreamResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Ivy for IvyService {
@@ -381,6 +385,7 @@ impl Ivy for IvyService {
             };
             let job = Job {
                 kind: Kind::Score,
+                field: "texts",
                 inputs: Inputs::Pairs {
                     query: r.query,
                     texts: r.texts,

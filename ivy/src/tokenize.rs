@@ -26,9 +26,34 @@ pub struct Truncation {
     /// Cut long inputs (true) or refuse them (false).
     pub enabled: bool,
     pub direction: Direction,
+    /// The request field holding the inputs (`input`, `inputs`, `texts`),
+    /// named in errors as the caller wrote it.
+    pub field: &'static str,
 }
 
 impl Truncation {
+    /// The one refusal of an input longer than the model takes, when the
+    /// request did not allow truncation. `what` names the input
+    /// (`inputs[3]`, `the query with texts[3]`).
+    pub fn refuse(&self, what: &str, tokens: usize) -> ApiError {
+        ApiError::validation(
+            self.field,
+            format!(
+                "{what} has {tokens} tokens but the model accepts at most {}; \
+                 shorten it or allow truncation",
+                self.max_length
+            ),
+        )
+    }
+
+    /// Refuses `enc` if the tokenizer cut it without the request's consent.
+    pub fn check(&self, enc: &Encoding, what: impl FnOnce() -> String) -> Result<(), ApiError> {
+        if enc.truncated() && !self.enabled {
+            return Err(self.refuse(&what(), enc.untruncated_len));
+        }
+        Ok(())
+    }
+
     fn options(&self) -> EncodeOptions {
         EncodeOptions {
             add_special_tokens: true,
@@ -68,7 +93,7 @@ fn tokenize_inline(
     for (i, text) in texts.iter().enumerate() {
         tokenizer
             .encode_into(text, &opts, &mut enc)
-            .map_err(|e| ApiError::Internal(format!("input[{i}]: {e}")))?;
+            .map_err(|e| ApiError::Internal(format!("{}[{i}]: {e}", truncation.field)))?;
         append(&mut out, i, &enc, truncation)?;
     }
     Ok(out)
@@ -101,16 +126,7 @@ fn append(
     enc: &Encoding,
     truncation: Truncation,
 ) -> Result<(), ApiError> {
-    if enc.truncated() && !truncation.enabled {
-        return Err(ApiError::validation(
-            "input",
-            format!(
-                "input[{i}] has {} tokens but the model accepts at most {}; \
-                 shorten it or allow truncation",
-                enc.untruncated_len, truncation.max_length
-            ),
-        ));
-    }
+    truncation.check(enc, || format!("{}[{i}]", truncation.field))?;
     out.token_ids.extend_from_slice(&enc.ids);
     out.lengths.push(enc.ids.len() as u32);
     Ok(())
@@ -128,6 +144,7 @@ mod tests {
     fn truncation(max_length: usize, enabled: bool) -> Truncation {
         Truncation {
             max_length,
+            field: "input",
             enabled,
             direction: Direction::Right,
         }

@@ -56,6 +56,7 @@ pub async fn rerank(
     let echo = return_documents.then(|| documents.clone());
     let job = Job {
         kind: Kind::Score,
+        field: "documents",
         inputs: Inputs::Pairs {
             query,
             texts: documents,

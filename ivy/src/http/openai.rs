@@ -40,6 +40,7 @@ pub async fn embeddings(
         let job = Job {
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
+            field: "input",
             options: Options {
                 truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(true),
                 direction: fields::direction(&obj)?,

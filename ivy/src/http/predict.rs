@@ -40,6 +40,7 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
                 Kind::Score
             },
             inputs,
+            field: "inputs",
             options: Options {
                 truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(state.config.auto_truncate),
                 direction: fields::direction(&obj)?,

@@ -58,22 +58,15 @@ pub async fn embed_sparse(
 
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let kind = Kind::embed_all(state.replicas.model().as_deref());
-    embedding(
-        state,
-        headers,
-        body,
-        kind,
-        "embed_all",
-        |out| {
-            let all: Vec<Rows> = (0..out.sequences)
-                .map(|i| Rows {
-                    data: out.vectors(i),
-                    dim: out.dim,
-                })
-                .collect();
-            to_json(&all)
-        },
-    )
+    embedding(state, headers, body, kind, "embed_all", |out| {
+        let all: Vec<Rows> = (0..out.sequences)
+            .map(|i| Rows {
+                data: out.vectors(i),
+                dim: out.dim,
+            })
+            .collect();
+        to_json(&all)
+    })
     .await
 }
 
@@ -105,6 +98,7 @@ async fn embedding(
         let job = Job {
             kind,
             inputs: fields::inputs(&obj, "inputs")?,
+            field: "inputs",
             options,
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
@@ -138,6 +132,7 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
         let job = Job {
             kind: Kind::Dense,
             inputs: Inputs::Texts([vec![source], sentences].concat()),
+            field: "inputs",
             options,
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
@@ -183,6 +178,7 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
         let job = Job {
             kind: Kind::Score,
             inputs: Inputs::Pairs { query, texts },
+            field: "texts",
             options,
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;

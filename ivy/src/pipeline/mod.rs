@@ -158,6 +158,10 @@ pub struct Job {
     pub kind: Kind,
     pub inputs: Inputs,
     pub options: Options,
+    /// The request field holding the inputs (`input` on the OpenAI routes,
+    /// `inputs` on TEI's and gRPC, `texts`/`documents` for reranking):
+    /// errors name it, so `inputs[3]` points at what the caller sent.
+    pub field: &'static str,
 }
 
 /// Runs a job through every stage.
@@ -193,9 +197,16 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     let templates = state.templates();
     // Counts as i64: the trace exporter writes unsigned values as strings.
     let span = tracing::debug_span!("tokenize", inputs = job.inputs.len() as i64, tokens = Empty);
-    let tokenized = prepare::tokenize(state, &model, &templates, job.inputs, &job.options)
-        .instrument(span.clone())
-        .await?;
+    let tokenized = prepare::tokenize(
+        state,
+        &model,
+        &templates,
+        job.inputs,
+        &job.options,
+        job.field,
+    )
+    .instrument(span.clone())
+    .await?;
     let tokenize = started.elapsed();
     let tokens = tokenized.token_ids.len() as i64;
     span.record("tokens", tokens);
@@ -205,6 +216,7 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     validate::tokens(
         tokenized.token_ids.len(),
         state.config.max_tokens_per_request,
+        job.field,
     )?;
 
     let chunks = chunk::cut(

@@ -20,8 +20,10 @@ pub async fn tokenize(
     templates: &Templates,
     inputs: Inputs,
     options: &Options,
+    field: &'static str,
 ) -> Result<Tokenized, ApiError> {
     let truncation = Truncation {
+        field,
         max_length: max_input_length(
             state.config.max_input_length,
             templates.max_input_length,
@@ -42,9 +44,14 @@ pub async fn tokenize(
         Inputs::PairList(pairs) => {
             let tokenizer = state.tokenizer()?;
             let mut out = Tokenized::default();
-            for (first, second) in &pairs {
-                let one =
-                    encode_pairs(&tokenizer, first, std::slice::from_ref(second), truncation)?;
+            for (i, (first, second)) in pairs.iter().enumerate() {
+                let one = encode_pairs(
+                    &tokenizer,
+                    first,
+                    std::slice::from_ref(second),
+                    truncation,
+                    |_| format!("{field}[{i}]"),
+                )?;
                 out.token_ids.extend(one.token_ids);
                 out.lengths.extend(one.lengths);
             }
@@ -54,18 +61,21 @@ pub async fn tokenize(
             let tokenizer = state.tokenizer()?;
             let template = model.pair_template.clone();
             tokio::task::spawn_blocking(move || {
-                encode_templated(&tokenizer, &template, &query, &texts, truncation)
+                encode_templated(&tokenizer, &template, &query, &texts, truncation, |i| {
+                    format!("the query with {field}[{i}]")
+                })
             })
             .await
             .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
         }
         Inputs::Pairs { query, texts } => {
             let tokenizer = state.tokenizer()?;
+            let name = move |i: usize| format!("the query with {field}[{i}]");
             if texts.len() <= INLINE_PAIRS {
-                return encode_pairs(&tokenizer, &query, &texts, truncation);
+                return encode_pairs(&tokenizer, &query, &texts, truncation, name);
             }
             tokio::task::spawn_blocking(move || {
-                encode_pairs(&tokenizer, &query, &texts, truncation)
+                encode_pairs(&tokenizer, &query, &texts, truncation, name)
             })
             .await
             .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
@@ -86,8 +96,6 @@ fn max_input_length(flag: usize, file: Option<usize>, model: &InfoResponse) -> u
     max
 }
 
-/// Cross-encoder inputs: `[CLS] query [SEP] text [SEP]` (or the model's
-/// equivalent); when too long, the longer side loses tokens first.
 /// Causal-LM rerankers (Qwen3-Reranker): each pair written into the
 /// model's prompt and tokenized without special tokens. A pair too long
 /// loses the end of its document, never the prompt's closing part (where
@@ -98,6 +106,7 @@ fn encode_templated(
     query: &str,
     texts: &[String],
     truncation: Truncation,
+    name: impl Fn(usize) -> String,
 ) -> Result<Tokenized, ApiError> {
     let Some((head, tail)) = template.split_once("{document}") else {
         return Err(ApiError::Internal(
@@ -119,17 +128,10 @@ fn encode_templated(
     for (i, text) in texts.iter().enumerate() {
         let enc = tokenizer
             .encode(&format!("{head}{text}"), &plain(Some(room)))
-            .map_err(|e| ApiError::Internal(format!("texts[{i}]: {e}")))?;
+            .map_err(|e| ApiError::Internal(format!("{}: {e}", name(i))))?;
         if enc.truncated() && !truncation.enabled {
-            return Err(ApiError::validation(
-                "texts",
-                format!(
-                    "the query and texts[{i}] take {} tokens in the model's prompt but the model accepts at most {}; \
-                     shorten them or allow truncation",
-                    enc.untruncated_len + tail_ids.len(),
-                    truncation.max_length
-                ),
-            ));
+            // The prompt's tokens count against the model's maximum too.
+            return Err(truncation.refuse(&name(i), enc.untruncated_len + tail_ids.len()));
         }
         out.token_ids.extend_from_slice(&enc.ids);
         out.token_ids.extend_from_slice(&tail_ids);
@@ -138,11 +140,15 @@ fn encode_templated(
     Ok(out)
 }
 
+/// Cross-encoder inputs: `[CLS] query [SEP] text [SEP]` (or the model's
+/// equivalent); when too long, the longer side loses tokens first. `name`
+/// names pair `i` in errors.
 fn encode_pairs(
     tokenizer: &Tokenizer,
     query: &str,
     texts: &[String],
     truncation: Truncation,
+    name: impl Fn(usize) -> String,
 ) -> Result<Tokenized, ApiError> {
     let opts = EncodeOptions {
         add_special_tokens: true,
@@ -153,17 +159,8 @@ fn encode_pairs(
     for (i, text) in texts.iter().enumerate() {
         let enc = tokenizer
             .encode_pair(query, text, &opts)
-            .map_err(|e| ApiError::Internal(format!("texts[{i}]: {e}")))?;
-        if enc.truncated() && !truncation.enabled {
-            return Err(ApiError::validation(
-                "texts",
-                format!(
-                    "the query and texts[{i}] have {} tokens together but the model accepts at most {}; \
-                     shorten them or allow truncation",
-                    enc.untruncated_len, truncation.max_length
-                ),
-            ));
-        }
+            .map_err(|e| ApiError::Internal(format!("{}: {e}", name(i))))?;
+        truncation.check(&enc, || name(i))?;
         out.token_ids.extend_from_slice(&enc.ids);
         out.lengths.push(enc.ids.len() as u32);
     }
@@ -178,30 +175,24 @@ fn check_ids(
     vocab_size: u32,
 ) -> Result<Tokenized, ApiError> {
     let mut out = Tokenized::default();
+    let field = truncation.field;
     for (i, seq) in ids.iter().enumerate() {
         if seq.is_empty() {
             return Err(ApiError::validation(
-                "input",
-                format!("input[{i}] is empty"),
+                field,
+                format!("{field}[{i}] is empty"),
             ));
         }
         if let Some(&bad) = seq.iter().find(|&&t| t >= vocab_size) {
             return Err(ApiError::validation(
-                "input",
-                format!("input[{i}] has token id {bad}, outside the vocabulary of {vocab_size}"),
+                field,
+                format!("{field}[{i}] has token id {bad}, outside the vocabulary of {vocab_size}"),
             ));
         }
         let keep = if seq.len() <= truncation.max_length {
             &seq[..]
         } else if !truncation.enabled {
-            return Err(ApiError::validation(
-                "input",
-                format!(
-                    "input[{i}] has {} tokens but the model accepts at most {}; shorten it or allow truncation",
-                    seq.len(),
-                    truncation.max_length
-                ),
-            ));
+            return Err(truncation.refuse(&format!("{field}[{i}]"), seq.len()));
         } else {
             match truncation.direction {
                 Direction::Right => &seq[..truncation.max_length],
@@ -220,6 +211,7 @@ mod tests {
 
     fn trunc(max: usize, enabled: bool, direction: Direction) -> Truncation {
         Truncation {
+            field: "input",
             max_length: max,
             enabled,
             direction,

@@ -14,7 +14,7 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
     }
     if n > config.max_inputs {
         return Err(ApiError::validation(
-            "input",
+            job.field,
             format!(
                 "{n} inputs exceed the limit of {} per request; split the request",
                 config.max_inputs
@@ -40,12 +40,12 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
         }
     }
     match &job.inputs {
-        Inputs::Texts(texts) => no_empty_text(texts, "input"),
+        Inputs::Texts(texts) => no_empty_text(texts, job.field),
         Inputs::Pairs { query, texts } => {
             if query.is_empty() {
                 return Err(ApiError::validation("query", "`query` is an empty string"));
             }
-            no_empty_text(texts, "texts")
+            no_empty_text(texts, job.field)
         }
         Inputs::PairList(pairs) => {
             match pairs.iter().position(|(a, b)| a.is_empty() || b.is_empty()) {
@@ -68,10 +68,10 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
     }
 }
 
-pub fn tokens(total: usize, limit: usize) -> Result<(), ApiError> {
+pub fn tokens(total: usize, limit: usize, field: &'static str) -> Result<(), ApiError> {
     if total > limit {
         return Err(ApiError::validation(
-            "input",
+            field,
             format!("the request has {total} tokens, over the limit of {limit} per request; split the request"),
         ));
     }

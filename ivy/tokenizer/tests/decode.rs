@@ -12,7 +12,11 @@ fn check(name: &str, in_house: bool) {
     let path = tokenizer_path(name);
     let ours = Tokenizer::from_file(&path).expect("load ours");
     // Reading the decoder must not push a file off the in-house pipeline.
-    assert_eq!(matches!(ours.backend(), Backend::InHouse(_)), in_house, "{name}");
+    assert_eq!(
+        matches!(ours.backend(), Backend::InHouse(_)),
+        in_house,
+        "{name}"
+    );
     let oracle = tokenizers::Tokenizer::from_file(&path).expect("load oracle");
     let vocab = ours.vocab_size() as u32;
     let mut checked = 0;
@@ -36,7 +40,10 @@ fn check(name: &str, in_house: bool) {
         }
     }
     assert!(checked > 100, "{name}: only {checked} cases");
-    assert_eq!(ours.decode(&[], true).unwrap(), oracle.decode(&[], true).unwrap());
+    assert_eq!(
+        ours.decode(&[], true).unwrap(),
+        oracle.decode(&[], true).unwrap()
+    );
 }
 
 #[test]
