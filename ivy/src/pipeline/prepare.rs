@@ -62,7 +62,7 @@ pub async fn tokenize(
             let template = model.pair_template.clone();
             tokio::task::spawn_blocking(move || {
                 encode_templated(&tokenizer, &template, &query, &texts, truncation, |i| {
-                    format!("the query with {field}[{i}]")
+                    format!("the query with {field}[{i}] in the model's prompt")
                 })
             })
             .await
