@@ -36,3 +36,15 @@ def test_token_states_refused_without_an_embedding_head(reranker_bert_dir):
     assert e.info.token_states_dimension == 0
     with pytest.raises(InvalidBatchError):
         e.embed([[101, 102]], OutputKind.TOKEN_STATES)
+
+
+def test_token_states_on_static_buffers(bert_dir, texts):
+    """Through the static-buffer path (bucketed, with a filler segment whose
+    rows are dropped) the states equal the eager ones on every pass."""
+    seqs = tokenize(bert_dir, texts[:5])
+    want = engine(bert_dir).embed(seqs, OutputKind.TOKEN_STATES)
+    e = Engine.from_dir(bert_dir, device="cpu", dtype="float32", static_on_cpu=True)
+    for _ in range(3):
+        got = e.embed(seqs, OutputKind.TOKEN_STATES)
+        assert got.shape == want.shape and (got - want).abs().max() <= 1e-4
+    assert e.runner.stats.steps["replay"] == 1
