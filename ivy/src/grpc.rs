@@ -197,16 +197,19 @@ async fn embed_job(
 }
 
 /// One `EmbedStream` message: the unary `Embed` pipeline under its own
-/// request id (`<stream id>/<n>`), its failure folded into the response.
+/// request id (`<stream id>/<n>`) and span (a child of the stream's), its
+/// failure folded into the response.
 async fn stream_message(
     state: AppState,
+    stream: tracing::Span,
     stream_id: RequestId,
     n: u64,
     r: pb::EmbedRequest,
 ) -> pb::EmbedStreamResponse {
     use pb::embed_stream_response::Result as Answer;
     let id = RequestId::from_caller(Some(format!("{stream_id}/{n}").as_bytes()));
-    let span = tracing::info_span!("request", id = %id, rpc = "embed_stream");
+    let span = tracing::info_span!(parent: &stream, "request", id = %id, rpc = "embed_stream",
+        tokens = tracing::field::Empty);
     let started = Instant::now();
     let deadline = state.deadline();
     let result = id
@@ -277,6 +280,10 @@ impl Ivy for IvyService {
                 .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
             return Err(Status::new(code, e.to_string()));
         }
+        // The caller's trace (W3C `traceparent`) holds the stream; each
+        // message's span is a child of it.
+        let stream = tracing::info_span!("stream", id = %id, rpc = "embed_stream");
+        telemetry::continue_grpc(&stream, meta);
         let header = id.clone();
         let state = self.state.clone();
         let window = state.config.stream_window as usize;
@@ -285,10 +292,11 @@ impl Ivy for IvyService {
             .enumerate()
             .map(move |(n, message)| {
                 let state = state.clone();
+                let stream = stream.clone();
                 let id = id.clone();
                 async move {
                     match message {
-                        Ok(r) => Ok(stream_message(state, id, n as u64, r).await),
+                        Ok(r) => Ok(stream_message(state, stream, id, n as u64, r).await),
                         Err(status) => Err(status),
                     }
                 }
