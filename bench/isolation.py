@@ -1,12 +1,15 @@
 """Isolation: search-box queries while indexing runs on the same replica.
 
-Short real queries go out at a steady rate (several client threads, so a
-slow answer does not hold the next query back) while indexing client
+Short real queries go out at a steady rate (64 client threads, enough
+that even first-come-first-served's slow answers do not hold the next
+query back, so every side gets the same query load) while indexing client
 processes send batches of real passages back to back. In the same run:
 (a) the queries alone on an idle stack, (b) under indexing with priority
 classes on (Ivy's and Tulip's defaults: on the CPU, steps carrying batch
-work are cut to 512 tokens while queries arrive), (b') the same with
-full-size batch steps (Tulip --batch-step-tokens 0), (c) under indexing
+work are cut to 512 tokens while queries arrive and a query's step carries
+no batch work), (b') priority classes alone, steps full-size and filled
+with batch work (Tulip --batch-step-tokens 0 --fill-interactive-steps
+true), (c) under indexing
 with one first-come-first-served queue (Tulip --priority false, Ivy without
 a bound on batch chunks). Nobody marks a priority: Ivy classifies by size.
 Indexing throughput is documents/s of the indexing clients. The engine
@@ -28,17 +31,17 @@ from tests.servers import Ivy, Tulip
 
 TITLE = "Isolation: query latency under indexing, priority classes vs first-come-first-served"
 DOCS_PER_REQUEST = 32
-FULL_STEPS = "priority, full-size batch steps"
+FULL_STEPS = "priority, full-size filled steps"
 
 
 def run(stack: Stack, rounds: int = 2, index_clients: int = 3, index_requests: int = 12,
-        query_rate: float = 20.0, query_threads: int = 8, idle_seconds: float = 10.0) -> tuple[dict, str]:
+        query_rate: float = 20.0, query_threads: int = 64, idle_seconds: float = 10.0) -> tuple[dict, str]:
     ivy_on = stack.ivy()
     sides = {"priority": (stack.tulip(), ivy_on)}
     extra: list = []
     try:
         for name, tulip_flags, ivy_flags in [
-            (FULL_STEPS, {"batch_step_tokens": 0}, {}),
+            (FULL_STEPS, {"batch_step_tokens": 0, "fill_interactive_steps": "true"}, {}),
             ("fcfs", {"priority": "false"}, {"batch_chunks_per_replica": 0}),
         ]:
             tulip = stack.gated_tulip(f"Tulip ({name})", **tulip_flags)
@@ -217,7 +220,7 @@ def markdown(d: dict) -> str:
     rows = [["(a) queries alone, idle stack", f"{idle['p50']:.1f}", f"{idle['p99']:.1f}", idle["queries"], "-", "-",
              "-"]]
     labels = {"priority": "(b) under indexing, priority classes",
-              FULL_STEPS: "(b') under indexing, priority classes with full-size batch steps",
+              FULL_STEPS: "(b') under indexing, priority classes alone (full-size steps, filled with batch work)",
               "fcfs": "(c) under indexing, first come first served"}
     for name, s in d["by_side"].items():
         rows.append([labels[name], f"{s['p50']:.1f}", f"{s['p99']:.1f}", s["queries"], s["late_slots"],

@@ -127,6 +127,11 @@ def parser() -> argparse.ArgumentParser:
                 "step and its own step is not filled up with batch work (0 = the full "
                 "--max-batch-tokens; -1 = 512 on the CPU, where a step's time grows with every "
                 "token, and 0 on a GPU, where filling a step is almost free)")
+    p.flag("--fill-interactive-steps", default="auto",
+           help="true: a step carrying interactive requests is filled up with batch work; false: it "
+                "carries the interactive requests only, so a query waits for at most one batch step "
+                "and then its own short one (auto = true on a GPU, where filling a step is almost "
+                "free, false on the CPU, where every token lengthens the step)")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=_bool, default=True,
@@ -237,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             batch_max_wait_ms=args.batch_max_wait_ms,
             batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0
                                else 0 if engine.device.type == "cuda" else 512),
+            fill_interactive_steps=(engine.device.type == "cuda" if args.fill_interactive_steps == "auto"
+                                    else _bool(args.fill_interactive_steps)),
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

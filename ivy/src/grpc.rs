@@ -361,7 +361,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedAllResponse>, Status> {
         self.call("embed_all", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let kind = Kind::embed_all(state.replicas.model().as_deref());
+            let kind = pipeline::embed_all_kind(state.replicas.model().as_deref());
             let out = embed_job(&state, r, kind, deadline).await?;
             Ok(pb::EmbedAllResponse {
                 row_counts: out.row_counts().to_vec(),
@@ -465,7 +465,7 @@ impl Ivy for IvyService {
                 kinds: m
                     .kinds
                     .iter()
-                    .filter_map(|&k| Kind::from_proto(k))
+                    .filter_map(|&k| Kind::of(k))
                     .map(|k| k.name().to_string())
                     .collect(),
                 max_inputs: state.config.max_inputs as u32,

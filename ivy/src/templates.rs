@@ -86,6 +86,16 @@ impl Templates {
         }
     }
 
+    /// `texts` with the request's prompt prepended (the named one, else
+    /// the default; unchanged when there is none): the one place a prompt
+    /// is applied, for embedding and for the tokenize route alike.
+    pub fn apply(&self, prompt_name: Option<&str>, texts: Vec<String>) -> Result<Vec<String>, ApiError> {
+        Ok(match self.prefix(prompt_name)? {
+            Some(prefix) => texts.into_iter().map(|t| format!("{prefix}{t}")).collect(),
+            None => texts,
+        })
+    }
+
     /// The prefix for a request: the named prompt, else the default one.
     pub fn prefix(&self, prompt_name: Option<&str>) -> Result<Option<&str>, ApiError> {
         let Some(name) = prompt_name.or(self.default_prompt_name.as_deref()) else {

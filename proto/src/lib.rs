@@ -9,6 +9,31 @@ pub mod tulip {
         /// draining (alive, finishing its work, taking no more), so that a
         /// caller tells it apart from a lost connection.
         pub const DRAINING_METADATA: &str = "tulip-draining";
+
+        /// One reading of the output kinds for both services: how a value
+        /// on the wire is understood and what each kind is called.
+        impl OutputKind {
+            /// The kind a request means: UNSPECIFIED is dense; `None` for a
+            /// value this build does not know.
+            pub fn of(value: i32) -> Option<Self> {
+                match Self::try_from(value).ok()? {
+                    Self::Unspecified => Some(Self::Dense),
+                    kind => Some(kind),
+                }
+            }
+
+            /// The name in messages, `/info` and the engine interface.
+            pub fn name(self) -> &'static str {
+                match self {
+                    Self::Unspecified | Self::Dense => "dense",
+                    Self::Sparse => "sparse",
+                    Self::MultiVector => "multi_vector",
+                    Self::Score => "score",
+                    Self::Classify => "classify",
+                    Self::TokenStates => "token_states",
+                }
+            }
+        }
     }
 }
 

@@ -37,6 +37,7 @@ use crate::config::ServeConfig;
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
     json_output = false, priority = true, batch_max_wait_ms = 500, batch_step_tokens = 0,
+    fill_interactive_steps = true,
     otlp_endpoint = None, otlp_service_name = "tulip".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -62,6 +63,7 @@ fn serve(
     priority: bool,
     batch_max_wait_ms: u64,
     batch_step_tokens: usize,
+    fill_interactive_steps: bool,
     otlp_endpoint: Option<String>,
     otlp_service_name: String,
 ) -> PyResult<()> {
@@ -98,6 +100,7 @@ fn serve(
             enabled: priority,
             batch_max_wait: Duration::from_millis(batch_max_wait_ms),
             batch_step_tokens,
+            fill_interactive_steps,
         },
     };
     server::serve(py, engine, batch_type, invalid_batch_error, config)

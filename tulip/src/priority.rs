@@ -9,7 +9,10 @@
 //! - short steps while someone waits: a query that arrives during a batch
 //!   step waits for that step to end, so while interactive traffic is active
 //!   (an interactive request within the last `INTERACTIVE_ACTIVE`), steps
-//!   carrying batch work take at most `batch_step_tokens` tokens.
+//!   carrying batch work take at most `batch_step_tokens` tokens;
+//! - with `fill_interactive_steps` off (the CPU, where a step's time grows
+//!   with every token), a step carrying interactive work takes no batch
+//!   work, so a query waits for at most one batch step and then its own.
 
 use std::time::{Duration, Instant};
 
@@ -51,6 +54,9 @@ pub struct Settings {
     /// While interactive traffic is active, steps carrying batch work take
     /// at most this many tokens (0 = the full step budget).
     pub batch_step_tokens: usize,
+    /// Whether a step with interactive sequences is filled up with batch
+    /// work (free on a GPU; on the CPU it lengthens the query's step).
+    pub fill_interactive_steps: bool,
 }
 
 impl Default for Settings {
@@ -59,6 +65,7 @@ impl Default for Settings {
             enabled: true,
             batch_max_wait: Duration::from_millis(500),
             batch_step_tokens: 0,
+            fill_interactive_steps: true,
         }
     }
 }

@@ -282,6 +282,12 @@ impl Pool {
         let mut batch: Vec<SeqRef> = Vec::new();
         let mut tokens = 0;
         for q in plan.order {
+            if q == 1
+                && !self.priority.fill_interactive_steps
+                && batch.iter().any(|seq| seq.request.class == Class::Interactive)
+            {
+                continue; // the query's own step stays short
+            }
             let queue = &mut s.queues[q];
             while let Some(front) = queue.front() {
                 if front.request.abandoned() {
@@ -585,5 +591,22 @@ mod tests {
         pool.submit(b2, false).unwrap();
         // The query first, then batch work up to 8 tokens in all.
         assert_eq!(lengths(&batch(pool.next_work())), vec![2, 4]);
+    }
+
+    #[test]
+    fn without_filling_a_querys_step_carries_no_batch_work() {
+        let settings = priority::Settings {
+            fill_interactive_steps: false,
+            ..on()
+        };
+        let pool = Pool::new(100, 64, 1, false, settings);
+        let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4]);
+        let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[2]);
+        pool.submit(b, false).unwrap();
+        pool.submit(i, false).unwrap();
+        let first = batch(pool.next_work());
+        assert_eq!(lengths(&first), vec![2]);
+        pool.finish_step(&first, None);
+        assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
     }
 }

@@ -49,7 +49,7 @@ pub async fn info(State(state): State<AppState>) -> Response {
             let kinds: Vec<Kind> = m
                 .kinds
                 .iter()
-                .filter_map(|&k| Kind::from_proto(k))
+                .filter_map(|&k| Kind::of(k))
                 .collect();
             // TEI names a cross-encoder a reranker, with its labels.
             let model_type = if kinds == [Kind::Score] {

@@ -57,7 +57,7 @@ pub async fn embed_sparse(
 }
 
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let kind = Kind::embed_all(state.replicas.model().as_deref());
+    let kind = pipeline::embed_all_kind(state.replicas.model().as_deref());
     embedding(state, headers, body, kind, "embed_all", |out| {
         let all: Vec<Rows> = (0..out.sequences)
             .map(|i| Rows {

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use ivy_tokenizer::Direction;
-use proto::tulip::v1::{self as tulip, EmbedRequest, OutputKind};
+use proto::tulip::v1::{self as tulip, EmbedRequest};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
@@ -25,63 +25,17 @@ use crate::replicas::no_replica;
 use crate::request_id::RequestId;
 use crate::state::AppState;
 
-/// What the model should produce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Dense,
-    Sparse,
-    MultiVector,
-    /// Cross-encoder relevance scores of (query, text) pairs.
-    Score,
-    /// A classifier's logits, one per label.
-    Classify,
-    /// The encoder's last hidden state of every token (TEI's `/embed_all`).
-    TokenStates,
-}
+/// What the model should produce: the wire's output kinds, one enum for
+/// Ivy and Tulip (`proto`), read with `Kind::of` and named by `Kind::name`.
+pub use proto::tulip::v1::OutputKind as Kind;
 
-impl Kind {
-    fn proto(self) -> OutputKind {
-        match self {
-            Self::Dense => OutputKind::Dense,
-            Self::Sparse => OutputKind::Sparse,
-            Self::MultiVector => OutputKind::MultiVector,
-            Self::Score => OutputKind::Score,
-            Self::Classify => OutputKind::Classify,
-            Self::TokenStates => OutputKind::TokenStates,
-        }
-    }
-
-    /// The names used in messages and in `/info`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Dense => "dense",
-            Self::Sparse => "sparse",
-            Self::MultiVector => "multi_vector",
-            Self::Score => "score",
-            Self::Classify => "classify",
-            Self::TokenStates => "token_states",
-        }
-    }
-
-    pub fn from_proto(k: i32) -> Option<Self> {
-        match OutputKind::try_from(k).ok()? {
-            OutputKind::Dense | OutputKind::Unspecified => Some(Self::Dense),
-            OutputKind::Sparse => Some(Self::Sparse),
-            OutputKind::MultiVector => Some(Self::MultiVector),
-            OutputKind::Score => Some(Self::Score),
-            OutputKind::Classify => Some(Self::Classify),
-            OutputKind::TokenStates => Some(Self::TokenStates),
-        }
-    }
-
-    /// What `/embed_all` (and gRPC `EmbedAll`) serve: the multi-vector
-    /// head's vectors when the model has one (ColBERT users keep them),
-    /// else per-token hidden states as TEI does for any model.
-    pub fn embed_all(model: Option<&tulip::InfoResponse>) -> Self {
-        match model {
-            Some(m) if m.kinds.contains(&(OutputKind::MultiVector as i32)) => Self::MultiVector,
-            _ => Self::TokenStates,
-        }
+/// What `/embed_all` (and gRPC `EmbedAll`) serve: the multi-vector head's
+/// vectors when the model has one (ColBERT users keep them), else per-token
+/// hidden states as TEI does for any model.
+pub fn embed_all_kind(model: Option<&tulip::InfoResponse>) -> Kind {
+    match model {
+        Some(m) if m.kinds.contains(&(Kind::MultiVector as i32)) => Kind::MultiVector,
+        _ => Kind::TokenStates,
     }
 }
 
@@ -232,7 +186,7 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     let template = EmbedRequest {
         token_ids: Vec::new(),
         lengths: Vec::new(),
-        kind: job.kind.proto() as i32,
+        kind: job.kind as i32,
         normalize: job.options.normalize,
         dimensions: job.options.dimensions.unwrap_or(0),
         raw_scores: job.options.raw_scores,

@@ -34,10 +34,7 @@ pub async fn tokenize(
     };
     match inputs {
         Inputs::Texts(texts) => {
-            let texts = match templates.prefix(options.prompt_name.as_deref())? {
-                Some(prefix) => texts.into_iter().map(|t| format!("{prefix}{t}")).collect(),
-                None => texts,
-            };
+            let texts = templates.apply(options.prompt_name.as_deref(), texts)?;
             tokenize_texts(&state.tokenizer()?, texts, truncation).await
         }
         Inputs::Ids(ids) => check_ids(ids, truncation, model.vocab_size),

@@ -52,10 +52,7 @@ pub async fn run(
         }
         let started = Instant::now();
         let templates = state.templates();
-        let inputs = match templates.prefix(job.prompt_name.as_deref())? {
-            Some(p) => job.inputs.into_iter().map(|t| format!("{p}{t}")).collect(),
-            None => job.inputs,
-        };
+        let inputs = templates.apply(job.prompt_name.as_deref(), job.inputs)?;
         let add = job.add_special_tokens;
         let tokenizer = state.tokenizer()?;
         let out = if inputs.len() <= INLINE_INPUTS {

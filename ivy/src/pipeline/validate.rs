@@ -82,7 +82,7 @@ fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
     let kinds: Vec<Kind> = model
         .kinds
         .iter()
-        .filter_map(|&k| Kind::from_proto(k))
+        .filter_map(|&k| Kind::of(k))
         .collect();
     // A replica that lists nothing produces dense vectors only.
     let produces = if kind == Kind::TokenStates {
