@@ -6,7 +6,7 @@ query back, so every side gets the same query load) while indexing client
 processes send batches of real passages back to back. In the same run:
 (a) the queries alone on an idle stack, (b) under indexing with priority
 classes on (Ivy's and Tulip's defaults: on the CPU, steps carrying batch
-work are cut to 512 tokens while queries arrive and a query's step carries
+work are cut to 1024 tokens while queries arrive and a query's step carries
 no batch work), (b') priority classes alone, steps full-size and filled
 with batch work (Tulip --batch-step-tokens 0 --fill-interactive-steps
 true), (c) under indexing
