@@ -51,6 +51,7 @@ def test_a_classifier_serves_one_logit_per_label(arch, tmp_path, log_dir):
             batch = ivy.post_json("/predict", {"inputs": TEXTS})
             pairs = ivy.post_json("/predict", {"inputs": [[TEXTS[0], TEXTS[1]]], "raw_scores": True})
             info = ivy.get("/info")
+            grpc_texts, grpc_pair = predict_over_grpc(ivy)
         finally:
             ivy.stop()
     finally:
@@ -75,6 +76,14 @@ def test_a_classifier_serves_one_logit_per_label(arch, tmp_path, log_dir):
     model_type = json.loads(info[1])["model_type"]
     assert model_type == {"classifier": {"id2label": {"0": "no", "1": "yes", "2": "maybe"},
                                          "label2id": {"no": 0, "yes": 1, "maybe": 2}}}
+    # The same through ivy.v1's Predict.
+    for preds, row in zip(grpc_texts.results, probs[:len(TEXTS)]):
+        got_row = {p.label: p.score for p in preds.predictions}
+        assert [p.score for p in preds.predictions] == sorted(got_row.values(), reverse=True)
+        np.testing.assert_allclose([got_row[label] for label in LABELS], row, atol=1e-4)
+    (pair_row,) = grpc_pair.results
+    np.testing.assert_allclose([{p.label: p.score for p in pair_row.predictions}[label] for label in LABELS],
+                               want[-1].numpy(), atol=1e-4)
 
 
 def test_a_deberta_cross_encoder_reranks_through_ivy(tmp_path, log_dir):
@@ -102,6 +111,25 @@ def test_a_deberta_cross_encoder_reranks_through_ivy(tmp_path, log_dir):
     assert status == 200, body
     assert [r["index"] for r in body] == list(np.argsort(-want.numpy(), kind="stable"))
     np.testing.assert_allclose([r["score"] for r in sorted(body, key=lambda r: r["index"])], want.numpy(), atol=1e-3)
+
+
+def predict_over_grpc(ivy):
+    """ivy.v1 Predict: the texts, then the first two as a pair (raw)."""
+    import grpc
+
+    from tulip.client import load_stubs
+
+    pb2, pb2_grpc = load_stubs("ivy")
+    with grpc.insecure_channel(ivy.grpc_target) as channel:
+        stub = pb2_grpc.IvyStub(channel)
+        texts = stub.Predict(pb2.PredictRequest(inputs=[pb2.PredictInput(text=t) for t in TEXTS]), timeout=30)
+        pair = stub.Predict(pb2.PredictRequest(inputs=[pb2.PredictInput(text=TEXTS[0], text_pair=TEXTS[1])],
+                                               raw_scores=True), timeout=30)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Predict(pb2.PredictRequest(inputs=[pb2.PredictInput(text="a", text_pair="b"),
+                                                    pb2.PredictInput(text="c")]), timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return texts, pair
 
 
 def tokenizer_of(model_dir) -> Tokenizer:

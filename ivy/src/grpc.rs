@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::conn_io::ConnIo;
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
-use crate::pipeline::{self, Inputs, Job, Kind, Options, Output, Priority};
+use crate::pipeline::{self, predict, Inputs, Job, Kind, Options, Output, Priority};
 use crate::replicas::no_replica;
 use crate::request_id::{RequestId, HEADER};
 use crate::state::AppState;
@@ -152,6 +152,30 @@ fn priority(p: i32) -> Result<Option<Priority>, ApiError> {
             format!("unknown priority {p}; use PRIORITY_INTERACTIVE or PRIORITY_BATCH"),
         )),
     }
+}
+
+/// All texts, or all pairs.
+fn predict_inputs(inputs: Vec<pb::PredictInput>) -> Result<Inputs, ApiError> {
+    if inputs.is_empty() {
+        return Err(ApiError::Empty("`inputs` must not be empty".into()));
+    }
+    let pairs = inputs[0].text_pair.is_some();
+    if let Some(i) = inputs.iter().position(|x| x.text_pair.is_some() != pairs) {
+        return Err(ApiError::schema(
+            "inputs",
+            format!("inputs[{i}] must be a pair like inputs[0] is, or a text like it is not"),
+        ));
+    }
+    Ok(if pairs {
+        Inputs::PairList(
+            inputs
+                .into_iter()
+                .map(|x| (x.text, x.text_pair.unwrap_or_default()))
+                .collect(),
+        )
+    } else {
+        Inputs::Texts(inputs.into_iter().map(|x| x.text).collect())
+    })
 }
 
 fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
@@ -412,6 +436,39 @@ impl Ivy for IvyService {
                 .collect();
             Ok(pb::RerankResponse {
                 ranks,
+                prompt_tokens: out.tokens,
+                timing: timing(&out, started),
+            })
+        })
+        .await
+    }
+
+    async fn predict(
+        &self,
+        request: Request<pb::PredictRequest>,
+    ) -> Result<Response<pb::PredictResponse>, Status> {
+        self.call("predict", request, |state, r, deadline| async move {
+            let started = Instant::now();
+            let options = Options {
+                truncate: r.truncate,
+                direction: direction(r.truncation_direction),
+                raw_scores: r.raw_scores,
+                priority: priority(r.priority)?,
+                ..Options::default()
+            };
+            let inputs = predict_inputs(r.inputs)?;
+            let (out, labelled) = predict::run(&state, inputs, options, deadline).await?;
+            let results = labelled
+                .into_iter()
+                .map(|one| pb::Predictions {
+                    predictions: one
+                        .into_iter()
+                        .map(|(label, score)| pb::Prediction { label, score })
+                        .collect(),
+                })
+                .collect();
+            Ok(pb::PredictResponse {
+                results,
                 prompt_tokens: out.tokens,
                 timing: timing(&out, started),
             })

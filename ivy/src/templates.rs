@@ -89,7 +89,11 @@ impl Templates {
     /// `texts` with the request's prompt prepended (the named one, else
     /// the default; unchanged when there is none): the one place a prompt
     /// is applied, for embedding and for the tokenize route alike.
-    pub fn apply(&self, prompt_name: Option<&str>, texts: Vec<String>) -> Result<Vec<String>, ApiError> {
+    pub fn apply(
+        &self,
+        prompt_name: Option<&str>,
+        texts: Vec<String>,
+    ) -> Result<Vec<String>, ApiError> {
         Ok(match self.prefix(prompt_name)? {
             Some(prefix) => texts.into_iter().map(|t| format!("{prefix}{t}")).collect(),
             None => texts,

@@ -284,7 +284,9 @@ impl Pool {
         for q in plan.order {
             if q == 1
                 && !self.priority.fill_interactive_steps
-                && batch.iter().any(|seq| seq.request.class == Class::Interactive)
+                && batch
+                    .iter()
+                    .any(|seq| seq.request.class == Class::Interactive)
             {
                 continue; // the query's own step stays short
             }

@@ -16,8 +16,7 @@ use super::body::json_body;
 use super::fields::{self, Object};
 use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
-use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
-use crate::replicas::no_replica;
+use crate::pipeline::{predict, Inputs, Options};
 use crate::state::AppState;
 
 pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -28,34 +27,25 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
             "inputs",
         )?;
         let (inputs, batch) = parse_inputs(&obj)?;
-        let model = state.replicas.model().ok_or_else(no_replica)?;
-        let classifier = model
-            .kinds
-            .contains(&(proto::tulip::v1::OutputKind::Classify as i32));
-        let raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
-        let job = Job {
-            kind: if classifier {
-                Kind::Classify
-            } else {
-                Kind::Score
-            },
-            inputs,
-            field: "inputs",
-            options: Options {
-                truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(state.config.auto_truncate),
-                direction: fields::direction(&obj)?,
-                priority: fields::priority(&obj)?,
-                raw_scores,
-                ..Options::default()
-            },
+        let options = Options {
+            truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(state.config.auto_truncate),
+            direction: fields::direction(&obj)?,
+            priority: fields::priority(&obj)?,
+            raw_scores: fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false),
+            ..Options::default()
         };
-        let out = pipeline::run(&state, job, state.deadline()).await?;
-        let labels: Vec<String> = if classifier {
-            model.labels.clone()
-        } else {
-            vec!["LABEL_0".into()]
-        };
-        let predictions = predictions(&out, classifier, raw_scores, &labels)?;
+        let (out, labelled) = predict::run(&state, inputs, options, state.deadline()).await?;
+        let predictions: Vec<Vec<Prediction>> = labelled
+            .iter()
+            .map(|one| {
+                one.iter()
+                    .map(|(label, score)| Prediction {
+                        score: *score,
+                        label,
+                    })
+                    .collect()
+            })
+            .collect();
         let body = if batch {
             to_json(&predictions)?
         } else {
@@ -115,56 +105,6 @@ fn parse_inputs(obj: &Object) -> Result<(Inputs, bool), ApiError> {
     Ok((Inputs::PairList(pairs), true))
 }
 
-/// Each input's labels with their scores, best first: softmax over the
-/// logits (or the logits themselves with `raw_scores`); a one-label
-/// cross-encoder's score as Tulip gives it (sigmoid unless raw).
-fn predictions<'a>(
-    out: &Output,
-    classifier: bool,
-    raw_scores: bool,
-    labels: &'a [String],
-) -> Result<Vec<Vec<Prediction<'a>>>, ApiError> {
-    if classifier && out.dim != labels.len() {
-        return Err(ApiError::Upstream(format!(
-            "the replica answered {} values per input for a model with {} labels",
-            out.dim,
-            labels.len()
-        )));
-    }
-    let mut all = Vec::with_capacity(out.sequences);
-    for i in 0..out.sequences {
-        let scores: Vec<f32> = if classifier {
-            let logits: Vec<f32> = out
-                .row(i)
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            if raw_scores {
-                logits
-            } else {
-                softmax(&logits)
-            }
-        } else {
-            vec![out.score(i)]
-        };
-        let mut one: Vec<Prediction> = scores
-            .into_iter()
-            .zip(labels)
-            .map(|(score, label)| Prediction { score, label })
-            .collect();
-        one.sort_by(|a, b| b.score.total_cmp(&a.score));
-        all.push(one);
-    }
-    Ok(all)
-}
-
-fn softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exp: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
-    let sum: f32 = exp.iter().sum();
-    exp.into_iter().map(|e| e / sum).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,12 +130,5 @@ mod tests {
         assert!(parse(json!([])).is_err());
         assert!(parse(json!([["a", "b"], "c"])).is_err());
         assert!(parse(json!(3)).is_err());
-    }
-
-    #[test]
-    fn softmax_sums_to_one_and_keeps_order() {
-        let p = softmax(&[1.0, 3.0, 2.0]);
-        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert!(p[1] > p[2] && p[2] > p[0]);
     }
 }

@@ -6,6 +6,7 @@
 mod chunk;
 mod dispatch;
 mod output;
+pub mod predict;
 mod prepare;
 pub mod tokens;
 mod validate;

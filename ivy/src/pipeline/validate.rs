@@ -79,11 +79,7 @@ pub fn tokens(total: usize, limit: usize, field: &'static str) -> Result<(), Api
 }
 
 fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
-    let kinds: Vec<Kind> = model
-        .kinds
-        .iter()
-        .filter_map(|&k| Kind::of(k))
-        .collect();
+    let kinds: Vec<Kind> = model.kinds.iter().filter_map(|&k| Kind::of(k)).collect();
     // A replica that lists nothing produces dense vectors only.
     let produces = if kind == Kind::TokenStates {
         // Not listed in `kinds`: every embedding model has them.
