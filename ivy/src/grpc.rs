@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::conn_io::ConnIo;
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
-use crate::pipeline::{self, predict, Inputs, Job, Kind, Options, Output, Priority};
+use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output, Priority};
 use crate::replicas::no_replica;
 use crate::request_id::{RequestId, HEADER};
 use crate::state::AppState;
@@ -363,10 +363,7 @@ impl Ivy for IvyService {
                     let (ids, w) = out.sparse(i);
                     pb::SparseEmbedding {
                         indices: ids.to_vec(),
-                        values: w
-                            .chunks_exact(4)
-                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                            .collect(),
+                        values: floats(w).collect(),
                     }
                 })
                 .collect();

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::pipeline::{Inputs, Priority};
+use crate::pipeline::{floats, Inputs, Priority};
 
 pub type Object = Map<String, Value>;
 
@@ -225,8 +225,8 @@ pub struct F32s<'a>(pub &'a [u8]);
 impl Serialize for F32s<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.0.len() / 4))?;
-        for c in self.0.chunks_exact(4) {
-            seq.serialize_element(&f32::from_le_bytes([c[0], c[1], c[2], c[3]]))?;
+        for v in floats(self.0) {
+            seq.serialize_element(&v)?;
         }
         seq.end()
     }

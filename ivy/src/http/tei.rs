@@ -18,7 +18,7 @@ use super::fields::{self, Object, Rows};
 use super::respond::{finish, json, json_timed, to_json, Api};
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, DecodeJob, Token, TokenizeJob};
-use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
+use crate::pipeline::{self, floats, Inputs, Job, Kind, Options, Output};
 use crate::state::AppState;
 
 type Body = Result<Bytes, BytesRejection>;
@@ -43,11 +43,8 @@ pub async fn embed_sparse(
             .map(|i| {
                 let (ids, weights) = out.sparse(i);
                 ids.iter()
-                    .zip(weights.chunks_exact(4))
-                    .map(|(&index, w)| SparseValue {
-                        index,
-                        value: f32::from_le_bytes([w[0], w[1], w[2], w[3]]),
-                    })
+                    .zip(floats(weights))
+                    .map(|(&index, value)| SparseValue { index, value })
                     .collect()
             })
             .collect();
@@ -136,16 +133,10 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
             options,
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
-        let floats = |i: usize| {
-            out.row(i)
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect::<Vec<f32>>()
-        };
-        let source = floats(0);
+        let source: Vec<f32> = floats(out.row(0)).collect();
         // The rows are L2-normalised: the dot product is the cosine.
         let scores: Vec<f32> = (1..out.sequences)
-            .map(|i| floats(i).iter().zip(&source).map(|(a, b)| a * b).sum())
+            .map(|i| floats(out.row(i)).zip(&source).map(|(a, b)| a * b).sum())
             .collect();
         Ok(json_timed(to_json(&scores)?, &out, started))
     }

@@ -19,7 +19,7 @@ use proto::tulip::v1::{self as tulip, EmbedRequest};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-pub use self::output::Output;
+pub use self::output::{floats, Output};
 use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::replicas::no_replica;

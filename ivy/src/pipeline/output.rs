@@ -20,6 +20,14 @@ pub struct Timing {
     pub inference: Duration,
 }
 
+/// Little-endian f32 bytes (as replicas send every value) as numbers: the
+/// one place they are read.
+pub fn floats(bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+}
+
 /// All sequences' outputs, as little-endian f32 values.
 #[derive(Debug)]
 pub struct Output {
@@ -104,8 +112,7 @@ impl Output {
 
     /// Score: sequence `i`'s score.
     pub fn score(&self, i: usize) -> f32 {
-        let b = self.row(i);
-        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        floats(self.row(i)).next().unwrap_or(f32::NAN)
     }
 
     /// Multi-vector: sequence `i`'s vectors, back to back.
@@ -208,9 +215,7 @@ mod tests {
     }
 
     fn to_f32(b: &[u8]) -> Vec<f32> {
-        b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        super::floats(b).collect()
     }
 
     fn chunk(s: std::ops::Range<usize>, t: std::ops::Range<usize>) -> Chunk {

@@ -73,11 +73,7 @@ fn predictions<'a>(
     let mut all = Vec::with_capacity(out.sequences);
     for i in 0..out.sequences {
         let scores: Vec<f32> = if classifier {
-            let logits: Vec<f32> = out
-                .row(i)
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            let logits: Vec<f32> = super::output::floats(out.row(i)).collect();
             if raw_scores {
                 logits
             } else {
