@@ -235,7 +235,7 @@ def _markdown(data, stats, floor, tput, rounds, warmup) -> str:
             ["Ivy's HTTP floor: GET /health, client-observed p50", fl["ivy_http_floor_p50"]],
             ["bare tonic ↔ tonic unary round trip, 128 ids out, 384 floats back, TCP p50", fl["grpc_tcp_p50"]],
             ["the same over a Unix socket, p50", fl["grpc_unix_p50"]],
-            ["ROSE's step in-process as Tulip calls it (from_arena → step → describe → release), mean",
+            ["ROSE's step in-process as Tulip calls it (step_arena → release), mean",
              fl["rose_step_mean"]],
             ["Ivy's tokenization of the input (its own stage metric), mean", fl["ivy_tokenize_mean"]],
             *[[f"floor for {k}", round(v, 4)] for k, v in floor.items()],

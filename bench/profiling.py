@@ -85,8 +85,8 @@ def by_thread(rows: list[dict]) -> dict[str, float]:
 
 
 def profile_step(model_dir: str, sequences: list[list[int]], steps: int = 2000) -> dict:
-    """ROSE's ``step`` as Tulip calls it (``Batch.from_arena`` → ``step`` →
-    ``host_ptr`` → ``release``), timed and profiled with pyinstrument."""
+    """ROSE's step as Tulip calls it (``step_arena`` → ``release``), timed
+    and profiled with pyinstrument."""
     import torch
 
     from rose import Batch, Engine
@@ -100,9 +100,7 @@ def profile_step(model_dir: str, sequences: list[list[int]], steps: int = 2000) 
     tokens = sum(len(s) for s in sequences)
 
     def one():
-        lazy = engine.step(Batch.from_arena(bytearray(arena), n, tokens))
-        lazy.host_ptr()
-        lazy.release()
+        engine.step_arena(bytearray(arena), n, tokens, "dense")[0].release()
 
     for _ in range(100):
         one()

@@ -159,6 +159,21 @@ class Engine:
         self.validate(batch)
         return self.runner.run(batch)
 
+    def step_arena(self, arena: bytearray, sequences: int, tokens: int, kind: str) -> tuple:
+        """The host's path (Tulip's): one call from an arena the host built,
+        options resolved, to everything the host reads:
+        ``(lazy, host_ptr, rows, cols, event_handle, mode, padded_tokens,
+        capture_seconds)``.
+
+        The host has checked what ``validate`` checks (Tulip does, in Rust,
+        before it queues a request), so this does not check again. The
+        calling thread is set up once for steps (inference mode and the
+        device stay on for it), rather than on every step: on a small step
+        these per-call costs were most of the Python a step runs, and that
+        Python runs with cold caches after every wait for a request."""
+        lazy = self.runner.run_on_host_thread(Batch.from_arena(arena, sequences, tokens, kind))
+        return (lazy, *lazy.describe())
+
     def capture(self, configurations: list[str]) -> None:
         """Captures CUDA graphs now for ``"[kind:]SEQxTOKENS"`` configurations
         (the token count is rounded up to its bucket)."""

@@ -11,7 +11,9 @@ event has completed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -76,27 +78,43 @@ class Runner:
         self._entries: dict[GraphKey, _Entry] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda else None
         self.threads = None if self.cuda else ThreadBudget()
+        self._host_thread = threading.local()
         if self.cuda and graphs and not graph_ok:
             log.warning("attention backend %s is not capture-safe or pads to the longest sequence: CUDA graphs "
                         "are off", backend.name)
 
     def run(self, batch: Batch) -> LazyTensor:
+        # The current device is per thread, and the host may call from
+        # another thread than the one that built the engine.
+        with torch.inference_mode(), _on(self.device):
+            return self._run(batch)
+
+    def run_on_host_thread(self, batch: Batch) -> LazyTensor:
+        """``run`` for a host's own threads, which only ever run steps: they
+        enter inference mode and select the device once, for good."""
+        if not getattr(self._host_thread, "ready", False):
+            # Never exited: the guard lives as long as the thread.
+            self._host_thread.inference = torch._C._InferenceMode(True)
+            self._host_thread.inference.__enter__()
+            if self.cuda:
+                torch.cuda.set_device(self.device)
+            self._host_thread.ready = True
+        return self._run(batch)
+
+    def _run(self, batch: Batch) -> LazyTensor:
         resolve_defaults(batch, self.dimension, self.normalize_default)
         if self.threads is not None:
             self.threads.apply(batch.layout.real_tokens)
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
         action = self.dispatcher.hit(key)
-        # The current device is per thread, and the host may call from
-        # another thread than the one that built the engine.
-        with torch.inference_mode(), _on(self.device):
-            try:
-                if action is Action.EAGER:
-                    return self._eager(batch)
-                return self._static(batch, key, action)
-            except RuntimeError as e:
-                if is_sticky_cuda_error(e):
-                    raise DeviceError(f"the CUDA context is unusable after: {e}") from e
-                raise
+        try:
+            if action is Action.EAGER:
+                return self._eager(batch)
+            return self._static(batch, key, action)
+        except RuntimeError as e:
+            if is_sticky_cuda_error(e):
+                raise DeviceError(f"the CUDA context is unusable after: {e}") from e
+            raise
 
     def capture(self, key: GraphKey) -> None:
         """Warms up and captures one configuration now (for operators who
@@ -117,7 +135,7 @@ class Runner:
 
     def _eager(self, batch: Batch) -> LazyTensor:
         layout = batch.layout
-        info = StepInfo("eager", layout.real_tokens, layout.tokens)
+        info = _eager_info(layout.real_tokens, layout.tokens)
         self._count(Action.EAGER, layout)
         lengths = batch.lengths
         if not self.cuda:
@@ -197,6 +215,13 @@ class Runner:
         self.stats.steps[action.value] += 1
         self.stats.padded_tokens += layout.tokens - layout.real_tokens
         self.stats.capture_seconds += capture_s
+
+
+@functools.lru_cache(maxsize=8192)
+def _eager_info(tokens: int, padded_tokens: int) -> StepInfo:
+    """One shared (frozen) StepInfo per size: building one is a slow
+    dataclass ``__init__`` on every step."""
+    return StepInfo("eager", tokens, padded_tokens)
 
 
 def _on(device: torch.device):

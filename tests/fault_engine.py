@@ -1,5 +1,5 @@
 """Serves a real ROSE engine (the null model) through Tulip, wrapped so that
-a chosen token id makes ``step`` fail the way a broken engine would: with an
+a chosen token id makes ``step_arena`` fail the way a broken engine would: with an
 exception that is not the engine's invalid-batch error. Used by
 tests/test_tulip_errors.py to check how Tulip classifies engine failures.
 
@@ -12,7 +12,7 @@ import signal
 import sys
 
 from rose import Engine
-from rose.interface import InvalidBatchError
+from rose.interface import Batch, InvalidBatchError
 
 FAULT_TOKEN = 7  # a batch holding this id raises ValueError (a bug, not the caller's fault)
 CRASH_TOKEN = 8  # ... RuntimeError
@@ -24,15 +24,15 @@ class FaultyEngine:
         self.engine = engine
         self.info = engine.info
 
-    def step(self, batch):
-        ids = set(batch.numpy_field("ids").tolist())
+    def step_arena(self, arena, sequences, tokens, kind):
+        ids = set(Batch.from_arena(bytes(arena), sequences, tokens, kind).numpy_field("ids").tolist())
         if FAULT_TOKEN in ids:
             raise ValueError("injected engine bug")
         if CRASH_TOKEN in ids:
             raise RuntimeError("injected engine crash")
         if REFUSED_TOKEN in ids:
             raise InvalidBatchError("injected refusal")
-        return self.engine.step(batch)
+        return self.engine.step_arena(arena, sequences, tokens, kind)
 
 
 def main() -> None:

@@ -20,6 +20,10 @@ class FakeEngine:
             raise self.error
         return ("stepped", batch)
 
+    def step_arena(self, arena, sequences, tokens, kind):
+        """Tulip's path into the engine."""
+        return self.step(arena)
+
 
 def exits(code):
     raise SystemExit(code)
@@ -31,6 +35,14 @@ def test_a_device_error_exits_with_its_status():
     with pytest.raises(SystemExit) as e:
         engine.step("batch")
     assert e.value.code == EXIT_DEVICE_FAILURE == 70
+
+
+def test_the_hosts_step_path_exits_too():
+    engine = FakeEngine(DeviceError("CUDA error: unspecified launch failure"))
+    exit_on_device_error(engine, exit=exits)
+    with pytest.raises(SystemExit) as e:
+        engine.step_arena(bytearray(4), 1, 1, "dense")
+    assert e.value.code == EXIT_DEVICE_FAILURE
 
 
 def test_other_errors_and_results_pass_through():

@@ -6,8 +6,8 @@ __all__ = ["serve"]
 
 def serve(engine, **options) -> None:
     """Serves a ROSE engine until Ctrl-C or SIGTERM (see ``tulip._native.serve``)."""
-    from rose.interface import Batch, InvalidBatchError
+    from rose.interface import InvalidBatchError
 
     from ._native import serve as _serve
 
-    _serve(engine, Batch, InvalidBatchError, **options)
+    _serve(engine, InvalidBatchError, **options)

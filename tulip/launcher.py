@@ -31,26 +31,30 @@ EXIT_DEVICE_FAILURE = 70
 
 
 def exit_on_device_error(engine, exit=os._exit) -> None:
-    """Makes ``engine.step`` end the process when ROSE reports a device
-    failure (a sticky CUDA error): every later step would fail fast, and a
-    replica that fails fast looks least loaded to Ivy and draws more work.
-    Exiting turns it into a replica that is down, which Ivy routes around
-    and the orchestrator restarts; nothing can be drained from a lost
-    context anyway."""
+    """Makes the engine's step methods end the process when ROSE reports a
+    device failure (a sticky CUDA error): every later step would fail fast,
+    and a replica that fails fast looks least loaded to Ivy and draws more
+    work. Exiting turns it into a replica that is down, which Ivy routes
+    around and the orchestrator restarts; nothing can be drained from a
+    lost context anyway."""
+    for name in ("step", "step_arena"):
+        if hasattr(engine, name):
+            setattr(engine, name, _exiting_on_device_error(getattr(engine, name), exit))
+
+
+def _exiting_on_device_error(step, exit):
     from rose import DeviceError
 
-    step = engine.step
-
-    def guarded(batch):
+    def guarded(*args):
         try:
-            return step(batch)
+            return step(*args)
         except DeviceError as e:
             logging.getLogger("tulip").critical("device failure, exiting with status %d: %s", EXIT_DEVICE_FAILURE, e)
             logging.shutdown()
             exit(EXIT_DEVICE_FAILURE)
             raise
 
-    engine.step = guarded
+    return guarded
 
 
 def _env_name(flag: str) -> str:

@@ -20,7 +20,7 @@ def arena_step(e, sequences: list[list[int]]):
                            normalize=[e.info.normalize_default] * n).arena.numpy().tobytes()
 
     def step():
-        lazy = e.step(Batch.from_arena(bytearray(raw), n, t))
+        lazy = e.step_arena(bytearray(raw), n, t, "dense")[0]
         lazy.synchronize()
         lazy.release()
     return step

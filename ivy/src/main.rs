@@ -36,6 +36,9 @@ use clap::Parser;
 
 use crate::config::Config;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Time the runtime gives stray tasks (blocking tokenization) at exit.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
 

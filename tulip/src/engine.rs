@@ -5,6 +5,7 @@
 
 use proto::tulip::v1::OutputKind;
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
@@ -243,16 +244,14 @@ pub fn keep_thread_state() {
 
 pub struct EngineHandle {
     engine: Py<PyAny>,
-    batch_type: Py<PyAny>,
     /// The engine's exception for a batch it refuses (the caller's fault).
     invalid_batch: Py<PyAny>,
 }
 
 impl EngineHandle {
-    pub fn new(engine: Py<PyAny>, batch_type: Py<PyAny>, invalid_batch: Py<PyAny>) -> Self {
+    pub fn new(engine: Py<PyAny>, invalid_batch: Py<PyAny>) -> Self {
         Self {
             engine,
-            batch_type,
             invalid_batch,
         }
     }
@@ -301,24 +300,15 @@ impl EngineHandle {
         })
     }
 
-    /// Builds the Python batch and launches it. Returns as soon as the
-    /// engine has queued the work.
+    /// Launches the batch: one Python call, which returns as soon as the
+    /// engine has queued the work, with every field Tulip reads (each extra
+    /// call or attribute read is Python on the step's critical path, run
+    /// with cold caches after every wait for a request).
     pub fn step(&self, py: Python<'_>, batch: &HostBatch) -> Result<LazyOutput, TulipError> {
         let kind = batch.kind.unwrap_or(Kind::Dense);
         let result = (|| -> PyResult<LazyOutput> {
-            let pybatch = self.batch_type.bind(py).call_method1(
-                "from_arena",
-                (
-                    PyByteArray::new(py, &batch.arena),
-                    batch.sequences,
-                    batch.tokens,
-                    kind.as_str(),
-                ),
-            )?;
-            let lazy = self.engine.bind(py).call_method1("step", (pybatch,))?;
-            // One call for every field: each attribute read from here is a
-            // Python lookup on the step's critical path.
-            let (ptr, rows, cols, event, mode, padded_tokens, capture_seconds): (
+            let (obj, ptr, rows, cols, event, mode, padded_tokens, capture_seconds): (
+                Py<PyAny>,
                 usize,
                 usize,
                 usize,
@@ -326,7 +316,19 @@ impl EngineHandle {
                 String,
                 usize,
                 f64,
-            ) = lazy.call_method0("describe")?.extract()?;
+            ) = self
+                .engine
+                .bind(py)
+                .call_method1(
+                    intern!(py, "step_arena"),
+                    (
+                        PyByteArray::new(py, &batch.arena),
+                        batch.sequences,
+                        batch.tokens,
+                        kind.as_str(),
+                    ),
+                )?
+                .extract()?;
             Ok(LazyOutput {
                 mode: Mode::from_name(&mode),
                 padded_tokens,
@@ -335,7 +337,7 @@ impl EngineHandle {
                 rows,
                 cols,
                 event,
-                obj: lazy.unbind(),
+                obj,
             })
         })();
         result.map_err(|e| self.python_error(py, e))
@@ -343,7 +345,7 @@ impl EngineHandle {
 
     /// Hands a finished output's buffer back to the engine's pool.
     pub fn release(py: Python<'_>, lazy: LazyOutput) {
-        if let Err(e) = lazy.obj.bind(py).call_method0("release") {
+        if let Err(e) = lazy.obj.bind(py).call_method0(intern!(py, "release")) {
             tracing::error!(error = %e, "LazyTensor.release failed");
         }
         drop(lazy);

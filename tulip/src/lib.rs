@@ -24,15 +24,19 @@ use pyo3::prelude::*;
 
 use crate::config::ServeConfig;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Serves `engine` over gRPC until Ctrl-C or SIGTERM, then drains.
 ///
-/// `engine` has `info` and `step(batch) -> LazyTensor`; `batch_type` has
-/// `from_arena(arena, sequences, tokens, kind)`; `invalid_batch_error` is the
-/// exception `step` raises for a batch the caller got wrong (see
+/// `engine` has `info` and `step_arena(arena, sequences, tokens, kind) ->
+/// (lazy, host_ptr, rows, cols, event, mode, padded_tokens,
+/// capture_seconds)` (see `rose/engine.py`); `invalid_batch_error` is the
+/// exception it raises for a batch the caller got wrong (see
 /// `rose/interface.py`).
 #[pyfunction]
 #[pyo3(signature = (
-    engine, batch_type, invalid_batch_error, *, host = "0.0.0.0".to_string(), port = 7070,
+    engine, invalid_batch_error, *, host = "0.0.0.0".to_string(), port = 7070,
     max_batch_tokens = 16384, max_batch_sequences = 64, max_request_sequences = 2048,
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
@@ -44,7 +48,6 @@ use crate::config::ServeConfig;
 fn serve(
     py: Python<'_>,
     engine: Py<PyAny>,
-    batch_type: Py<PyAny>,
     invalid_batch_error: Py<PyAny>,
     host: String,
     port: u16,
@@ -103,7 +106,7 @@ fn serve(
             fill_interactive_steps,
         },
     };
-    server::serve(py, engine, batch_type, invalid_batch_error, config)
+    server::serve(py, engine, invalid_batch_error, config)
 }
 
 /// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`)

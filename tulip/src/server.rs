@@ -37,12 +37,11 @@ type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
 pub fn serve(
     py: Python<'_>,
     engine: Py<PyAny>,
-    batch_type: Py<PyAny>,
     invalid_batch: Py<PyAny>,
     config: ServeConfig,
 ) -> PyResult<()> {
     config.check().map_err(PyValueError::new_err)?;
-    let engine = Arc::new(EngineHandle::new(engine, batch_type, invalid_batch));
+    let engine = Arc::new(EngineHandle::new(engine, invalid_batch));
     let model = Arc::new(engine.info(py)?);
     warn_if_budget_too_small(&model, &config);
     let runtime = runtime(config.io_threads)?;
