@@ -25,9 +25,9 @@ $(VENV)/.deps: pyproject.toml
 native: $(VENV)/.deps
 	$(PIP) install -q -e . --no-deps --no-build-isolation
 
-## ivy: the gateway binary (target/release/ivy)
+## ivy: the gateway binary, optimised as shipped (target/dist/ivy)
 ivy:
-	$(CARGO) build --release -p ivy
+	$(CARGO) build --profile dist -p ivy
 
 ## run: Ivy + one Tulip replica on the embedded default model
 run: install

@@ -23,8 +23,8 @@ COPY bench/loadgen bench/loadgen
 # binary is copied out within the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release -p ivy \
-    && install -m 0755 target/release/ivy /usr/local/bin/ivy
+    cargo build --profile dist -p ivy \
+    && install -m 0755 target/dist/ivy /usr/local/bin/ivy
 
 FROM debian:13.1-slim
 RUN groupadd --system --gid 10001 ivy \

@@ -16,7 +16,7 @@ socket="${TMPDIR:-/tmp}/tulip-rose-$TULIP_PORT.sock"
 "$PY" -m tulip --model "$model_dir" --host 127.0.0.1 --port "$TULIP_PORT" --unix-socket "$socket" &
 tulip_pid=$!
 # No --tokenizer: Ivy tokenizes with the tokenizer.json Tulip serves.
-"${CARGO_TARGET_DIR:-target}/release/ivy" --tulip "unix://$socket" --host 0.0.0.0 --port "$IVY_PORT" &
+"${CARGO_TARGET_DIR:-target}/dist/ivy" --tulip "unix://$socket" --host 0.0.0.0 --port "$IVY_PORT" &
 ivy_pid=$!
 trap 'kill -TERM $ivy_pid $tulip_pid 2>/dev/null; wait' INT TERM EXIT
 

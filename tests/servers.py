@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-IVY_BIN = Path(os.environ.get("IVY_BIN", TARGET_DIR / "release" / "ivy"))
+IVY_BIN = Path(os.environ.get("IVY_BIN", TARGET_DIR / "dist" / "ivy"))
 
 
 def free_port() -> int:
@@ -199,7 +199,7 @@ class Ivy(Process):
                  log_dir: Path, env: dict[str, str] | None = None, wait_ready: bool = True,
                  timeout: float = 60.0, **flags):
         if not IVY_BIN.is_file():
-            raise RuntimeError(f"{IVY_BIN} is missing: run `make ivy` (cargo build --release -p ivy)")
+            raise RuntimeError(f"{IVY_BIN} is missing: run `make ivy` (cargo build --profile dist -p ivy)")
         self.port = port or free_port()
         self.grpc_port = free_port()
         # tokenizer=False: no --tokenizer, Ivy uses the one the replicas serve.

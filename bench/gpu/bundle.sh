@@ -37,8 +37,11 @@ PY
 bins=(ivy)
 if grep -q '"bench/loadgen"' Cargo.toml; then bins+=(loadgen); fi
 for b in "${bins[@]}"; do
-    CARGO_TARGET_DIR=$target "$CARGO" build --release --quiet -p "$b"
-    cp "$target/release/$b" "$out/$b"
+    # Ivy as shipped (`make ivy`); the load client on the plain release profile.
+    profile=release
+    if [ "$b" = ivy ]; then profile=dist; fi
+    CARGO_TARGET_DIR=$target "$CARGO" build --profile "$profile" --quiet -p "$b"
+    cp "$target/$profile/$b" "$out/$b"
 done
 strip --strip-unneeded "$out/_native.abi3.so"
 for b in "${bins[@]}"; do strip "$out/$b"; done

@@ -150,7 +150,7 @@ def test_ivy_entrypoint_is_the_binary_cargo_builds():
     (binary,) = entrypoint.value
     copied = [c for c in final.all("COPY") if c.value[-1] == binary]
     assert len(copied) == 1 and copied[0].flags == ("--from=build",)
-    assert f"target/release/ivy {binary}" in " ".join(image.stage("build").runs())
+    assert f"target/dist/ivy {binary}" in " ".join(image.stage("build").runs())
     bins = tomllib.loads((REPO / "ivy" / "Cargo.toml").read_text())["bin"]
     assert {"name": "ivy", "path": "src/main.rs"} in bins
     assert (REPO / "ivy" / "src" / "main.rs").is_file()
@@ -189,7 +189,7 @@ def make_recipe(target: str) -> list[str]:
 def test_build_steps_are_the_readme_commands():
     # `make install` builds Ivy with the `ivy` target's command, verbatim.
     (cargo,) = make_recipe("ivy")
-    assert cargo.startswith("cargo build --release")
+    assert cargo.startswith("cargo build --profile dist")
     assert any(r.startswith(cargo + " ") or r == cargo for r in IMAGES["ivy"].stage("build").runs())
     # ... and the Python package with pip on the repository root, through
     # pyproject's maturin backend; the image builds that same package.
@@ -288,6 +288,6 @@ def test_build_context_holds_what_the_builds_copy():
             assert files, f"{name} copies {src}, which is not in the repository"
             assert all(ignore.included(f) for f in files), f"{src} is cut by .dockerignore"
     # Local build outputs and unrelated folders stay out of the context.
-    for path in ["target/release/ivy", "tulip/_native.abi3.so", ".venv/bin/python", ".git/HEAD",
+    for path in ["target/release/ivy", "target/dist/ivy", "tulip/_native.abi3.so", ".venv/bin/python", ".git/HEAD",
                  "tests/servers.py", "ivy/target/debug/x", "rose/__pycache__/engine.cpython-311.pyc"]:
         assert not ignore.included(path), path
