@@ -195,7 +195,7 @@ class Engine:
         if batch.num_sequences < 1:
             raise InvalidBatchError("a batch needs at least one sequence")
         cu = batch.numpy_field("cu")
-        lengths = batch.lengths  # a list, kept for the runner
+        lengths = batch.checked_lengths()  # a list, kept for the runner
         if cu[0] != 0 or sum(lengths) != batch.num_tokens or min(lengths) < 1:
             raise InvalidBatchError("every sequence needs at least one token, and cu_seqlens must cover the batch")
         if max(lengths) > self.info.max_input_length:

@@ -180,9 +180,20 @@ class Batch:
 
     @property
     def lengths(self) -> list[int]:
+        """Segment lengths. A one-segment batch (a lone query, the
+        latency-critical case) takes its length from the layout instead of
+        a NumPy round trip over ``cu``; ``checked_lengths`` reads ``cu``."""
         if self._lengths is None:
-            cu = self.numpy_field("cu")
-            self._lengths = (cu[1:] - cu[:-1]).tolist()
+            if self.layout.segments == 1:
+                self._lengths = [self.layout.tokens]
+            else:
+                self._lengths = self.checked_lengths()
+        return self._lengths
+
+    def checked_lengths(self) -> list[int]:
+        """Segment lengths as ``cu_seqlens`` says (what validation checks)."""
+        cu = self.numpy_field("cu")
+        self._lengths = (cu[1:] - cu[:-1]).tolist()
         return self._lengths
 
     @classmethod
