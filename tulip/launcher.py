@@ -145,7 +145,10 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--capture", default="",
            help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
     p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-    p.flag("--io-threads", type=int, default=0, help="threads serving gRPC (0 = one per core)")
+    p.flag("--io-threads", type=int, default=-1,
+           help="threads serving gRPC (0 = one per core; -1 = auto: 1 on the CPU, where steps run one at a time "
+                "and a second idle thread only adds wake-ups; one per core on a GPU, where an inline step "
+                "waits for its device on its thread)")
     p.flag("--small-step-tokens", type=int, default=32,
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
@@ -238,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             log=args.log,
             inline_steps=args.inline_steps,
             unix_socket=args.unix_socket or None,
-            io_threads=args.io_threads,
+            io_threads=(args.io_threads if args.io_threads >= 0
+                        else 0 if engine.device.type == "cuda" else 1),
             json_output=args.json_output,
             otlp_endpoint=args.otlp_endpoint or None,
             otlp_service_name=args.otlp_service_name,

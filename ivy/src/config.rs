@@ -147,9 +147,12 @@ pub struct Config {
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]
     pub health_interval: Duration,
 
-    /// Threads serving HTTP and gRPC (0 = one per core). With 1, everything
-    /// on the request path runs on one thread and no request wakes another;
-    /// large tokenization jobs still spread over all cores.
+    /// Threads serving HTTP and gRPC (0 = half the cores, at least one).
+    /// With 1, everything on the request path runs on one thread and no
+    /// request wakes another; large tokenization jobs still spread over all
+    /// cores. Half: Ivy shares its machine with Tulip or its clients, and on
+    /// 2 cores one thread served the same load as two with 15% less CPU and
+    /// a lower latency (an idle second worker is woken for every request).
     #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0)]
     pub io_threads: usize,
 

@@ -45,6 +45,10 @@ const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// A single-threaded runtime when asked for one thread: its tasks wake each
 /// other without crossing threads. Otherwise a work-stealing pool.
 fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let threads = match threads {
+        0 => default_threads(),
+        n => n,
+    };
     let mut builder = match threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         _ => tokio::runtime::Builder::new_multi_thread(),
@@ -53,6 +57,11 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
         builder.worker_threads(threads);
     }
     builder.enable_all().build()
+}
+
+/// Half the cores this process may use, at least one (see `--io-threads`).
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 fn main() -> std::process::ExitCode {

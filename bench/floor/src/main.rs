@@ -47,6 +47,12 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 }
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    if threads == 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+    }
     let mut b = tokio::runtime::Builder::new_multi_thread();
     if threads > 0 {
         b.worker_threads(threads);
