@@ -64,7 +64,9 @@ def grpc_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
     sock = tempfile.mktemp(prefix="grpc-floor-", suffix=".sock")
     out = {}
     for name, addr in (("tcp", f"http://127.0.0.1:{free_port()}"), ("unix", f"unix://{sock}")):
-        server = Process(f"grpc-floor-{name}", [str(FLOOR_BIN), "serve", addr], None, log_dir)
+        # One thread a side, as Ivy and Tulip run on a 2-core machine (their
+        # defaults): a second idle worker roughly doubles this round trip.
+        server = Process(f"grpc-floor-{name}", [str(FLOOR_BIN), "serve", addr, "--threads", "1"], None, log_dir)
         try:
             for _ in range(100):  # until it listens
                 r = subprocess.run([str(FLOOR_BIN), "client", addr, "--rounds", "1", "--warmup", "0"],
@@ -72,7 +74,8 @@ def grpc_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
                 if r.returncode == 0:
                     break
                 time.sleep(0.05)
-            r = subprocess.run([str(FLOOR_BIN), "client", addr, "--rounds", str(rounds), "--warmup", str(warmup)],
+            r = subprocess.run([str(FLOOR_BIN), "client", addr, "--rounds", str(rounds), "--warmup", str(warmup),
+                                "--threads", "1"],
                                capture_output=True, text=True, check=True)
             out[name] = Stats.of([us * 1e-6 for us in json.loads(r.stdout)["latency_us"]])
         finally:
@@ -255,7 +258,8 @@ def _markdown(data, stats, floor, tput, rounds, warmup) -> str:
         "## The floor (same run)\n",
         table(["part", "ms"], [
             ["Ivy's HTTP floor: GET /health, client-observed p50", fl["ivy_http_floor_p50"]],
-            ["bare tonic ↔ tonic unary round trip, 128 ids out, 384 floats back, TCP p50", fl["grpc_tcp_p50"]],
+            ["bare tonic ↔ tonic unary round trip, 128 ids out, 384 floats back, one runtime thread a side, TCP p50",
+             fl["grpc_tcp_p50"]],
             ["the same over a Unix socket, p50", fl["grpc_unix_p50"]],
             ["ROSE's step in-process as Tulip calls it (step_arena → release), mean",
              fl["rose_step_mean"]],

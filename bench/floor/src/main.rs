@@ -83,6 +83,7 @@ async fn client(
     rounds: usize,
     warmup: usize,
     tokens: usize,
+    gap_us: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let channel = Endpoint::from_shared(addr)?
         .tcp_nodelay(true)
@@ -102,6 +103,11 @@ async fn client(
     }
     let mut micros = Vec::with_capacity(rounds);
     for _ in 0..rounds {
+        if gap_us > 0 {
+            // Idle between calls, as a served request's hop is: both sides
+            // sleep and run other work in between, so caches are cold.
+            std::thread::sleep(std::time::Duration::from_micros(gap_us));
+        }
         let start = Instant::now();
         client.embed(request.clone()).await?;
         micros.push(start.elapsed().as_secs_f64() * 1e6);
@@ -115,7 +121,7 @@ async fn client(
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: grpc-floor serve ADDR [--dim 384] [--threads N] | client ADDR [--rounds N] [--warmup N] [--tokens 128] [--threads N]";
+    let usage = "usage: grpc-floor serve ADDR [--dim 384] [--threads N] | client ADDR [--rounds N] [--warmup N] [--tokens 128] [--gap-us 0] [--threads N]";
     let (mode, addr) = match (args.get(1), args.get(2)) {
         (Some(m), Some(a)) => (m.as_str(), a.clone()),
         _ => return Err(usage.into()),
@@ -128,6 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             arg(&args, "--rounds", 2000),
             arg(&args, "--warmup", 200),
             arg(&args, "--tokens", 128),
+            arg(&args, "--gap-us", 0) as u64,
         )),
         _ => Err(usage.into()),
     }
