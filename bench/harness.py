@@ -51,21 +51,31 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def interleave(sides: dict[str, Callable[[int], object]], rounds: int, warmup: int,
-               seed: int = 0) -> dict[str, list[float]]:
-    """Calls every side once per round, in a fresh random order each round;
-    ``fn(i)`` gets the round number (to pick its input). The first ``warmup``
-    rounds are run and discarded. Returns seconds per call, per side."""
+               seed: int = 0, block: int = 1, settle: int = 0) -> dict[str, list[float]]:
+    """Calls every side ``block`` times in a row per round, the sides in a
+    fresh random order each round; ``fn(i)`` gets the call number (to pick
+    its input). The first ``warmup`` rounds are run and discarded. Returns
+    seconds per call, per side (``rounds * block`` each).
+
+    ``block`` 1 disturbs each side's caches with the others' work before
+    every call; a larger block measures each side as a server answering a
+    stream of requests, while drift in the machine still hits every side;
+    the first ``settle`` calls of each block are run and not timed."""
     rng = random.Random(seed)
     names = list(sides)
     for i in range(warmup):
         for name in names:
-            sides[name](i)
+            for j in range(block):
+                sides[name](i * block + j)
     out: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds):
         rng.shuffle(names)
         for name in names:
             fn = sides[name]
-            out[name].append(timed(lambda: fn(i)))
+            for j in range(settle):
+                fn(i * block + j)
+            for j in range(block):
+                out[name].append(timed(lambda: fn(i * block + j)))
     return out
 
 
