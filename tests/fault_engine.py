@@ -3,7 +3,7 @@ a chosen token id makes ``step_arena`` fail the way a broken engine would: with 
 exception that is not the engine's invalid-batch error. Used by
 tests/test_tulip_errors.py to check how Tulip classifies engine failures.
 
-usage: python -m tests.fault_engine MODEL_DIR PORT METRICS_PORT
+usage: python -m tests.fault_engine MODEL_DIR PORT METRICS_PORT [MAX_BATCH_SEQUENCES]
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ class FaultyEngine:
 
 def main() -> None:
     model_dir, port, metrics_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    # 1: every step holds one sequence, so a refused sequence fails only
+    # the requests holding it, never a neighbour in the same step.
+    max_batch_sequences = int(sys.argv[4]) if len(sys.argv) > 4 else 64
 
     def _terminate(signum, frame):
         raise SystemExit(0)
@@ -45,7 +48,7 @@ def main() -> None:
     from tulip import serve
 
     serve(FaultyEngine(Engine.from_dir(model_dir, device="cpu")), host="127.0.0.1", port=port,
-          metrics_port=metrics_port, max_batch_tokens=4096)
+          metrics_port=metrics_port, max_batch_tokens=4096, max_batch_sequences=max_batch_sequences)
 
 
 if __name__ == "__main__":

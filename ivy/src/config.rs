@@ -101,6 +101,12 @@ pub struct Config {
     #[arg(long, env = "IVY_CHUNK_TOKENS", default_value_t = 2048)]
     pub chunk_tokens: usize,
 
+    /// Small chunks bound for the same replica with the same options, read
+    /// in the same turn, share one Tulip call (`false`: one call each).
+    /// Under load most of a replica's CPU per request is the call itself.
+    #[arg(long, env = "IVY_COALESCE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub coalesce: bool,
+
     /// Most chunks of one request in flight per healthy replica (0 = all at
     /// once). A bound keeps a large request from filling the replicas'
     /// queues, so short requests arriving after it wait behind a few chunks

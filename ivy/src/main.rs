@@ -6,6 +6,7 @@
 mod auth;
 mod balancer;
 mod batch_slots;
+mod coalesce;
 mod body_deadline;
 mod config;
 mod conn_io;

@@ -70,6 +70,8 @@ pub struct Metrics {
     tokens: Counter,
     chunks: Counter,
     retries: Counter,
+    shared_calls: Counter,
+    shared_chunks: Counter,
     config_reloads: Family<ResultLabels, Counter>,
     in_flight: Gauge,
 }
@@ -116,6 +118,18 @@ impl Metrics {
             "Chunk attempts repeated on another replica after a failure",
             retries.clone(),
         );
+        let shared_calls = Counter::default();
+        registry.register(
+            "ivy_shared_calls",
+            "Tulip calls that carried several chunks (coalescing)",
+            shared_calls.clone(),
+        );
+        let shared_chunks = Counter::default();
+        registry.register(
+            "ivy_shared_call_chunks",
+            "Chunks that travelled in a shared call",
+            shared_chunks.clone(),
+        );
         let config_reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "ivy_config_reloads",
@@ -135,6 +149,8 @@ impl Metrics {
             tokens,
             chunks,
             retries,
+            shared_calls,
+            shared_chunks,
             config_reloads,
             in_flight,
         }
@@ -175,6 +191,12 @@ impl Metrics {
 
     pub fn retry(&self) {
         self.retries.inc();
+    }
+
+    /// One Tulip call carrying `chunks` chunks.
+    pub fn shared_call(&self, chunks: usize) {
+        self.shared_calls.inc();
+        self.shared_chunks.inc_by(chunks as u64);
     }
 
     pub fn config_reload(&self, accepted: bool) {

@@ -94,6 +94,8 @@ pub struct Replica {
     /// flight on it give up and retry elsewhere instead of hanging.
     lost: watch::Sender<u64>,
     info: RwLock<Option<Arc<InfoResponse>>>,
+    /// Chunks waiting to share a call here (`coalesce.rs`).
+    pub(crate) pending: crate::coalesce::Pending,
 }
 
 impl std::fmt::Debug for Replica {
@@ -130,6 +132,7 @@ impl Replica {
             batch_chunks: AtomicUsize::new(0),
             lost: watch::Sender::new(0),
             info: RwLock::new(None),
+            pending: Default::default(),
         })
     }
 

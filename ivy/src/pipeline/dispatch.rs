@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::chunk::Chunk;
 use super::Priority;
+use crate::coalesce;
 use crate::error::ApiError;
 use crate::replicas::{no_replica, AttemptError, Replica};
 use crate::state::AppState;
@@ -84,7 +85,11 @@ async fn send(
         // Each try is its own span; Tulip's spans hang under the one that reached it.
         let span =
             tracing::debug_span!("attempt", attempt = i64::from(attempt), replica = %replica.url);
-        match replica.embed(request.clone()).instrument(span).await {
+        let limits = coalesce_limits(state, &replica);
+        match coalesce::embed(&replica, request.clone(), limits, &state.metrics)
+            .instrument(span)
+            .await
+        {
             Ok(reply) => return Ok(reply),
             Err(AttemptError::Fatal(e)) => return Err(e),
             Err(AttemptError::Retry(e)) => {
@@ -101,5 +106,23 @@ async fn send(
         }
         Some(e) => ApiError::Upstream(format!("a chunk failed on {n} attempts; last error: {e}")),
         None => no_replica(),
+    })
+}
+
+/// How large a shared call to `replica` may grow; `None` when coalescing is
+/// off. A merged call stays within one chunk's budget and the replica's
+/// sequence limit.
+fn coalesce_limits(state: &AppState, replica: &Replica) -> Option<coalesce::Limits> {
+    if !state.config.coalesce {
+        return None;
+    }
+    let max_sequences = replica.info().map_or(0, |i| i.max_request_sequences as usize);
+    let max_tokens = match state.config.chunk_tokens {
+        0 => usize::MAX,
+        n => n,
+    };
+    (max_sequences > 1).then_some(coalesce::Limits {
+        max_sequences,
+        max_tokens,
     })
 }
