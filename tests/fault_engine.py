@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 from rose import Engine
 from rose.interface import Batch, InvalidBatchError
@@ -33,6 +34,35 @@ class FaultyEngine:
         if REFUSED_TOKEN in ids:
             raise InvalidBatchError("injected refusal")
         return self.engine.step_arena(arena, sequences, tokens, kind)
+
+
+def start(model_dir: Path, log_dir: Path, max_batch_sequences: int = 64):
+    """This engine's Tulip in a process of its own, serving; returns
+    (process, gRPC port, metrics port)."""
+    import grpc
+
+    from tests.servers import Process, free_port
+    from tulip.client import TulipClient
+
+    port, metrics_port = free_port(), free_port()
+    proc = Process("tulip-faults", [sys.executable, "-m", "tests.fault_engine", str(model_dir), str(port),
+                                    str(metrics_port), str(max_batch_sequences)],
+                   {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}, log_dir)
+
+    def serving():
+        try:
+            with TulipClient(f"127.0.0.1:{port}", timeout=1.0) as c:
+                c.info()
+            return True
+        except grpc.RpcError:
+            return False
+
+    try:
+        proc.wait_until(serving, 60, "serving")
+    except Exception:
+        proc.stop()
+        raise
+    return proc, port, metrics_port
 
 
 def main() -> None:

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import threading
 import urllib.request
-from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
 
 from tests.conftest import corpus_lines
-from tests.servers import Ivy, Process, free_port
+from tests import fault_engine
+from tests.servers import Ivy
 
 BURST = 24
 
@@ -104,22 +102,8 @@ def refusing_stack(tmp_path_factory, minilm_dir):
     (model / "config.json").write_text(json.dumps(
         {"model_type": "null", "hidden_size": 8, "vocab_size": 30522, "max_position_embeddings": 64}))
     logs = tmp_path_factory.mktemp("logs")
-    port, metrics_port = free_port(), free_port()
-    tulip = Process("tulip-faults", [sys.executable, "-m", "tests.fault_engine", str(model), str(port),
-                                     str(metrics_port), "1"],
-                    {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}, logs)
-    from tulip.client import TulipClient
-
-    def serving():
-        try:
-            with TulipClient(f"127.0.0.1:{port}", timeout=1.0) as c:
-                c.info()
-            return True
-        except grpc.RpcError:
-            return False
-
+    tulip, port, metrics_port = fault_engine.start(model, logs, max_batch_sequences=1)
     try:
-        tulip.wait_until(serving, 60, "serving")
         ivy = Ivy([f"http://127.0.0.1:{port}"], minilm_dir, log_dir=logs)
     except Exception:
         tulip.stop()

@@ -6,13 +6,11 @@ with the request id; and the server keeps serving either way."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import grpc
 import pytest
 
-from tests.servers import Process, free_port
+from tests import fault_engine
 
 
 @pytest.fixture(scope="module")
@@ -20,21 +18,9 @@ def faulty(tmp_path_factory):
     model = tmp_path_factory.mktemp("null-model")
     (model / "config.json").write_text(json.dumps(
         {"model_type": "null", "hidden_size": 8, "vocab_size": 100, "max_position_embeddings": 64}))
-    port, metrics_port = free_port(), free_port()
-    proc = Process("tulip-faults", [sys.executable, "-m", "tests.fault_engine", str(model), str(port), str(metrics_port)],
-                   {"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-                   tmp_path_factory.mktemp("logs"))
+    proc, port, _ = fault_engine.start(model, tmp_path_factory.mktemp("logs"))
     from tulip.client import TulipClient
 
-    def serving():
-        try:
-            with TulipClient(f"127.0.0.1:{port}", timeout=1.0) as c:
-                c.info()
-            return True
-        except grpc.RpcError:
-            return False
-
-    proc.wait_until(serving, 60, "serving")
     client = TulipClient(f"127.0.0.1:{port}")
     yield proc, client
     client.close()
