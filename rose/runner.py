@@ -96,7 +96,8 @@ class Runner:
             # Never exited: the guard lives as long as the thread.
             self._host_thread.inference = torch._C._InferenceMode(True)
             self._host_thread.inference.__enter__()
-            if self.cuda:
+            # Plain "cuda" means the current device (as in ``__init__``).
+            if self.cuda and self.device.index is not None:
                 torch.cuda.set_device(self.device)
             self._host_thread.ready = True
         return self._run(batch)

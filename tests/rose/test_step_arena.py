@@ -70,3 +70,18 @@ def test_host_thread_set_up_stays_on_that_thread(minilm_dir):
     # The caller's own thread (a Python user of the engine) is untouched.
     assert torch.is_inference_mode_enabled() is False
     assert torch.ones(1, requires_grad=True).mul(2).requires_grad
+
+
+def test_a_host_thread_selects_the_device_only_when_one_is_named(monkeypatch):
+    """Plain "cuda" means the current device (torch.cuda.set_device refuses
+    a device without an index); "cuda:1" is selected on the host thread."""
+    from types import SimpleNamespace
+
+    from rose.runner import Runner
+
+    selected = []
+    monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    for device in (torch.device("cuda"), torch.device("cuda", 1)):
+        runner = SimpleNamespace(cuda=True, device=device, _host_thread=threading.local(), _run=lambda b: "ran")
+        assert on_a_new_thread(lambda r=runner: Runner.run_on_host_thread(r, "batch")) == "ran"
+    assert selected == [torch.device("cuda", 1)]
