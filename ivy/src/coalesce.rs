@@ -250,8 +250,14 @@ mod tests {
     fn other_options_or_a_full_batch_go_alone() {
         let p = Pending::default();
         let _lead = p.join(&req(&[1, 2], 0, "a"), LIMITS).unwrap();
-        assert!(p.join(&req(&[3], 32, "b"), LIMITS).is_none(), "other dimensions");
-        assert!(p.join(&req(&[7; 99], 0, "c"), LIMITS).is_none(), "past the token limit");
+        assert!(
+            p.join(&req(&[3], 32, "b"), LIMITS).is_none(),
+            "other dimensions"
+        );
+        assert!(
+            p.join(&req(&[7; 99], 0, "c"), LIMITS).is_none(),
+            "past the token limit"
+        );
         let mut sparse = req(&[4], 0, "d");
         sparse.kind = OutputKind::Sparse as i32;
         assert!(!one_row_per_sequence(sparse.kind));
@@ -288,8 +294,14 @@ mod tests {
         );
         let a = rx1.try_recv().unwrap();
         let b = rx2.try_recv().unwrap();
-        assert_eq!((a.rows, a.tokens, &a.data[..]), (1, 5, &(0..8).collect::<Vec<u8>>()[..]));
-        assert_eq!((b.rows, b.tokens, &b.data[..]), (2, 9, &(8..24).collect::<Vec<u8>>()[..]));
+        assert_eq!(
+            (a.rows, a.tokens, &a.data[..]),
+            (1, 5, &(0..8).collect::<Vec<u8>>()[..])
+        );
+        assert_eq!(
+            (b.rows, b.tokens, &b.data[..]),
+            (2, 9, &(8..24).collect::<Vec<u8>>()[..])
+        );
         assert_eq!(b.dim, 2);
     }
 

@@ -6,8 +6,8 @@
 mod auth;
 mod balancer;
 mod batch_slots;
-mod coalesce;
 mod body_deadline;
+mod coalesce;
 mod config;
 mod conn_io;
 mod discovery;

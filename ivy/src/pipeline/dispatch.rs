@@ -116,7 +116,9 @@ fn coalesce_limits(state: &AppState, replica: &Replica) -> Option<coalesce::Limi
     if !state.config.coalesce {
         return None;
     }
-    let max_sequences = replica.info().map_or(0, |i| i.max_request_sequences as usize);
+    let max_sequences = replica
+        .info()
+        .map_or(0, |i| i.max_request_sequences as usize);
     let max_tokens = match state.config.chunk_tokens {
         0 => usize::MAX,
         n => n,
