@@ -79,6 +79,16 @@ def interleave(sides: dict[str, Callable[[int], object]], rounds: int, warmup: i
     return out
 
 
+def stream_stats(sides: dict[str, Callable[[int], object]], calls: int, block: int, settle: int,
+             seed: int = 0) -> dict[str, Stats]:
+    """About ``calls`` timed calls per side as a server answering a stream
+    of requests sees them: runs of ``block`` consecutive calls per side (the
+    first ``settle`` of each run untimed), sides alternating run by run."""
+    runs = max(calls // block, 2)
+    lat = interleave(sides, runs, 0, seed=seed, block=block, settle=settle)
+    return {k: Stats.of(v) for k, v in lat.items()}
+
+
 def ratio(a: float, b: float) -> float | None:
     """a / b, or None when b is zero."""
     return round(a / b, 4) if b else None

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench import gate, inputs, metrics
 from bench.baselines.servers import FastApiBaseline
-from bench.harness import Stats, interleave, ratio, scaled, timed
+from bench.harness import Stats, interleave, ratio, scaled, stream_stats, timed
 from bench.httpclient import HttpClient
 from bench.profiling import profile_step
 from bench.results import table
@@ -161,11 +161,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         ivy_before = ivy_unix.metrics()
         lat = interleave(sides, rounds, 0, seed=2)
         stats = {k: Stats.of(v) for k, v in lat.items()}
-        # The same requests as a server answering a stream of queries sees
-        # them: runs of consecutive requests per side, sides alternating.
-        runs = max(rounds // STREAM_BLOCK, 2)
-        streamed = {k: Stats.of(v) for k, v in
-                    interleave(sides, runs, 0, seed=3, block=STREAM_BLOCK, settle=STREAM_SETTLE).items()}
+        streamed = stream_stats(sides, rounds, STREAM_BLOCK, STREAM_SETTLE, seed=3)
         ivy_after = ivy_unix.metrics()
         tulip_stages = metrics.stage_means(before, metrics.parse(tulip.metrics()))
         tokenize_ms = _stage_mean(ivy_before, ivy_after, "tokenize")
@@ -270,7 +266,7 @@ def _markdown(data, stats, streamed, floor, tput, rounds, warmup) -> str:
         f"\nServed = {served}. FastAPI p50 / served p50 = **{data['fastapi_over_served_p50']}×** "
         f"(target ≥ 2.5); p99 ratio **{data['fastapi_over_served_p99']}×** (target ≥ 2).\n",
         "Above, the sides take turns request by request, so before every request the other servers' work "
-        "has displaced its caches; Ivy → Tulip → ROSE spans three processes, FastAPI one. Below, the same "
+        "has run on the cores and displaced caches. Below, the same "
         f"request as a server answering a stream of queries sees it: runs of {STREAM_BLOCK} consecutive "
         f"requests per side (the first {STREAM_SETTLE} of each run untimed), sides alternating run by run.\n",
         table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],

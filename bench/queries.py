@@ -10,7 +10,7 @@ import statistics
 
 from bench import inputs, metrics
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
-from bench.harness import Stats, interleave, ratio, scaled
+from bench.harness import Stats, interleave, ratio, scaled, stream_stats
 from bench.httpclient import HttpClient
 from bench.profiling import PerfRecord, perf_table
 from bench.results import table
@@ -61,9 +61,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     # consecutive requests per side. Request by request, an in-process
     # side's idle OpenMP threads still spin on the cores when the next
     # side's request arrives.
-    runs = max(rounds // STREAM_BLOCK, 2)
-    streamed = {k: Stats.of(v) for k, v in
-                interleave(sides, runs, 0, seed=2, block=STREAM_BLOCK, settle=STREAM_SETTLE).items()}
+    streamed = stream_stats(sides, rounds, STREAM_BLOCK, STREAM_SETTLE, seed=2)
     # Profiled on its own pass, so that perf does not slow the timed rounds.
     perf = PerfRecord([ivy.proc.pid, stack.tulip().proc.pid], stack.log_dir / "queries.perf.data", freq=999)
     with perf:

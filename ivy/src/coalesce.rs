@@ -32,7 +32,7 @@ pub struct Pending {
 }
 
 struct Open {
-    key: Key,
+    /// Every member's sequences, back to back, with the shared options.
     request: EmbedRequest,
     members: Vec<Member>,
 }
@@ -45,7 +45,7 @@ struct Member {
 }
 
 /// Options that must agree for chunks to share a call.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(PartialEq, Debug)]
 struct Key {
     kind: i32,
     normalize: Option<bool>,
@@ -68,10 +68,7 @@ impl Key {
 
 /// Only kinds with exactly one row per sequence are split back by rows.
 fn one_row_per_sequence(kind: i32) -> bool {
-    matches!(
-        OutputKind::try_from(kind),
-        Ok(OutputKind::Unspecified | OutputKind::Dense | OutputKind::Score | OutputKind::Classify)
-    )
+    OutputKind::of(kind).is_some_and(OutputKind::one_row_per_sequence)
 }
 
 enum Role {
@@ -98,7 +95,6 @@ impl Pending {
         match open.as_mut() {
             None => {
                 *open = Some(Open {
-                    key: Key::of(request),
                     request: request.clone(),
                     members: vec![member],
                 });
@@ -107,7 +103,7 @@ impl Pending {
             Some(o) => {
                 let fits = o.request.lengths.len() + request.lengths.len() <= limits.max_sequences
                     && o.request.token_ids.len() + request.token_ids.len() <= limits.max_tokens;
-                if o.key != Key::of(request) || !fits {
+                if Key::of(&o.request) != Key::of(request) || !fits {
                     return None;
                 }
                 o.request.token_ids.extend_from_slice(&request.token_ids);

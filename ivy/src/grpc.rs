@@ -460,7 +460,10 @@ impl Ivy for IvyService {
                 .map(|one| pb::Predictions {
                     predictions: one
                         .into_iter()
-                        .map(|(label, score)| pb::Prediction { label, score })
+                        .map(|p| pb::Prediction {
+                            label: p.label,
+                            score: p.score,
+                        })
                         .collect(),
                 })
                 .collect();

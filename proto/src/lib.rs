@@ -22,6 +22,12 @@ pub mod tulip {
                 }
             }
 
+            /// Whether every sequence gets exactly one row (dense, score,
+            /// classify); the others carry `row_counts`.
+            pub fn one_row_per_sequence(self) -> bool {
+                !matches!(self, Self::Sparse | Self::MultiVector | Self::TokenStates)
+            }
+
             /// The name in messages, `/info` and the engine interface.
             pub fn name(self) -> &'static str {
                 match self {

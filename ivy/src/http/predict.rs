@@ -37,14 +37,7 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
         let (out, labelled) = predict::run(&state, inputs, options, state.deadline()).await?;
         let predictions: Vec<Vec<Prediction>> = labelled
             .iter()
-            .map(|one| {
-                one.iter()
-                    .map(|(label, score)| Prediction {
-                        score: *score,
-                        label,
-                    })
-                    .collect()
-            })
+            .map(|one| one.iter().map(Prediction::of).collect())
             .collect();
         let body = if batch {
             to_json(&predictions)?
@@ -60,10 +53,20 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
 // The body as bytes, or why it could not be read (too large: 413).
 type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
 
+/// TEI's JSON for one prediction (score first).
 #[derive(Serialize)]
 struct Prediction<'a> {
     score: f32,
     label: &'a str,
+}
+
+impl<'a> Prediction<'a> {
+    fn of(p: &'a predict::Prediction) -> Self {
+        Self {
+            score: p.score,
+            label: &p.label,
+        }
+    }
 }
 
 /// `inputs` as TEI reads it: whether it is a batch, and the sequences.

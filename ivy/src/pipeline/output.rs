@@ -171,8 +171,7 @@ fn bad_reply(msg: String) -> ApiError {
 /// The reply's shape matches the chunk and the kind.
 fn check(kind: Kind, sequences: usize, r: &EmbedResponse) -> Result<(), ApiError> {
     let (rows, dim) = (r.rows as usize, r.dim as usize);
-    let variable = matches!(kind, Kind::MultiVector | Kind::TokenStates | Kind::Sparse);
-    if variable {
+    if !kind.one_row_per_sequence() {
         let total: u64 = r.row_counts.iter().map(|&c| c as u64).sum();
         if r.row_counts.len() != sequences || total != rows as u64 {
             return Err(bad_reply(format!(

@@ -10,14 +10,14 @@ use crate::error::ApiError;
 use crate::replicas::no_replica;
 use crate::state::AppState;
 
-/// Runs `inputs` through the classifier; each input's (label, score) pairs,
-/// best first.
+/// Runs `inputs` through the classifier; each input's predictions, best
+/// first.
 pub async fn run(
     state: &AppState,
     inputs: Inputs,
     options: Options,
     deadline: Instant,
-) -> Result<(Output, Vec<Vec<(String, f32)>>), ApiError> {
+) -> Result<(Output, Vec<Vec<Prediction>>), ApiError> {
     let model = state.replicas.model().ok_or_else(no_replica)?;
     let classifier = model.kinds.contains(&(Kind::Classify as i32));
     let raw_scores = options.raw_scores;
@@ -37,32 +37,25 @@ pub async fn run(
     } else {
         vec!["LABEL_0".into()]
     };
-    let scored = predictions(&out, classifier, raw_scores, &labels)?
-        .into_iter()
-        .map(|one| {
-            one.into_iter()
-                .map(|p| (p.label.to_string(), p.score))
-                .collect()
-        })
-        .collect();
+    let scored = predictions(&out, classifier, raw_scores, &labels)?;
     Ok((out, scored))
 }
 
 /// A label and its score.
-pub struct Prediction<'a> {
+pub struct Prediction {
+    pub label: String,
     pub score: f32,
-    pub label: &'a str,
 }
 
 /// Each input's labels with their scores, best first: softmax over the
 /// logits (or the logits themselves with `raw_scores`); a one-label
 /// cross-encoder's score as Tulip gives it (sigmoid unless raw).
-fn predictions<'a>(
+fn predictions(
     out: &Output,
     classifier: bool,
     raw_scores: bool,
-    labels: &'a [String],
-) -> Result<Vec<Vec<Prediction<'a>>>, ApiError> {
+    labels: &[String],
+) -> Result<Vec<Vec<Prediction>>, ApiError> {
     if classifier && out.dim != labels.len() {
         return Err(ApiError::Upstream(format!(
             "the replica answered {} values per input for a model with {} labels",
@@ -85,7 +78,10 @@ fn predictions<'a>(
         let mut one: Vec<Prediction> = scores
             .into_iter()
             .zip(labels)
-            .map(|(score, label)| Prediction { score, label })
+            .map(|(score, label)| Prediction {
+                label: label.clone(),
+                score,
+            })
             .collect();
         one.sort_by(|a, b| b.score.total_cmp(&a.score));
         all.push(one);
