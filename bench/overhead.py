@@ -4,12 +4,14 @@ uvicorn) doing parse → tokenize → no-op model → respond, same text and
 tokenizer on both sides.
 
 - Latency, batch 1, 128 tokens, interleaved request by request: Ivy reaching
-  Tulip over TCP and over a Unix socket, against FastAPI in one process.
+  Tulip over TCP (gRPC) and over a Unix socket (Tulip frames, Ivy's default
+  there), against FastAPI in one process.
 - The floor, measured in the same run: Ivy's HTTP floor (GET /health), a
-  bare unary gRPC round trip between two tonic processes with the same
-  message sizes (TCP and Unix socket), ROSE's step in-process as Tulip calls
-  it, and Ivy's own tokenization time. served / floor says how much the
-  path adds beyond its parts.
+  bare round trip between two processes with the same message sizes (tonic
+  unary gRPC over TCP and over a Unix socket; Tulip frames over a Unix
+  socket), ROSE's step in-process as Tulip calls it, and Ivy's own
+  tokenization time. served / floor says how much the path adds beyond its
+  parts; each side's floor uses the transport that side uses.
 - Throughput: 64 concurrent keep-alive connections from a compiled client
   process (`bench/loadgen`) against Ivy, FastAPI with one worker and FastAPI with one worker
   per core; Tulip's sequences per engine step.
@@ -58,12 +60,14 @@ def _send(client: HttpClient, req: bytes) -> None:
         raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
 
 
-def grpc_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
-    """A bare tonic client ↔ tonic server round trip (128 token ids out, 384
-    floats back), over loopback TCP and over a Unix socket."""
+def hop_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
+    """A bare client ↔ server round trip (128 token ids out, 384 floats
+    back): tonic over loopback TCP and over a Unix socket, and Tulip frames
+    over a Unix socket."""
     sock = tempfile.mktemp(prefix="grpc-floor-", suffix=".sock")
     out = {}
-    for name, addr in (("tcp", f"http://127.0.0.1:{free_port()}"), ("unix", f"unix://{sock}")):
+    for name, addr in (("tcp", f"http://127.0.0.1:{free_port()}"), ("unix", f"unix://{sock}"),
+                       ("frames", f"frames://{sock}")):
         # One thread a side, as Ivy and Tulip run on a 2-core machine (their
         # defaults): a second idle worker roughly doubles this round trip.
         server = Process(f"grpc-floor-{name}", [str(FLOOR_BIN), "serve", addr, "--threads", "1"], None, log_dir)
@@ -84,6 +88,8 @@ def grpc_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
 
 
 TRIALS = 3
+# The side the targets are checked on: Ivy co-located with Tulip.
+SERVED = "ivy (unix socket, frames)"
 # Latency as a stream of queries: consecutive requests per side, the first
 # few of each run untimed (placement and caches settle after a switch).
 STREAM_BLOCK, STREAM_SETTLE = 500, 50
@@ -144,7 +150,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         ivy_unix = Ivy([f"unix://{sock}"], tok_dir, log_dir=stack.log_dir)
         base = FastApiBaseline(tok_dir, log_dir=stack.log_dir, dim=dim, max_length=max_len)
         procs += [ivy_tcp, ivy_unix, base]
-        servers = {"ivy (unix socket)": (ivy_unix.port, IVY_PATH), "ivy (tcp)": (ivy_tcp.port, IVY_PATH),
+        servers = {SERVED: (ivy_unix.port, IVY_PATH), "ivy (tcp)": (ivy_tcp.port, IVY_PATH),
                    "fastapi": (base.port, FastApiBaseline.PATH)}
         clients = {k: HttpClient("127.0.0.1", port) for k, (port, _) in servers.items()}
         for name, (_, path) in servers.items():
@@ -167,7 +173,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         tokenize_ms = _stage_mean(ivy_before, ivy_after, "tokenize")
 
         health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-        c = clients["ivy (unix socket)"]
+        c = clients[SERVED]
         for _ in range(100):
             _send(c, health)
         http_floor = Stats.of([timed(lambda: _send(c, health)) for _ in range(floor_rounds)])
@@ -176,7 +182,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
 
         idle = idle_cpu({"ivy": ivy_unix.proc.pid, "tulip": tulip.proc.pid}, idle_seconds)
         busy_before = metrics.parse(tulip.metrics())
-        tput = {"ivy (unix socket)": load(ivy_unix.port, body, load_requests)}
+        tput = {SERVED: load(ivy_unix.port, body, load_requests)}
         batches = metrics.batch_means(busy_before, metrics.parse(tulip.metrics()))
         for p in (ivy_tcp, base):
             p.stop()
@@ -191,14 +197,14 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         finally:
             server.stop()
 
-    floor_grpc = grpc_floor(stack.log_dir, floor_rounds, warmup)
+    floor_hop = hop_floor(stack.log_dir, floor_rounds, warmup)
     step = profile_step(null_dir, [ids], steps=floor_rounds)
     step_ms = step["mean_ms_per_step"]
     floor = {
-        "ivy (unix socket)": http_floor.p50 + floor_grpc["unix"].p50 + step_ms + tokenize_ms,
-        "ivy (tcp)": http_floor.p50 + floor_grpc["tcp"].p50 + step_ms + tokenize_ms,
+        SERVED: http_floor.p50 + floor_hop["frames"].p50 + step_ms + tokenize_ms,
+        "ivy (tcp)": http_floor.p50 + floor_hop["tcp"].p50 + step_ms + tokenize_ms,
     }
-    served = "ivy (unix socket)"
+    served = SERVED
     fa = stats["fastapi"]
     summary = {
         "served_side": served,
@@ -225,10 +231,11 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
                    "idle_seconds": idle_seconds},
         "stats": {k: s.to_dict() for k, s in stats.items()},
         "streamed_stats": {k: s.to_dict() for k, s in streamed.items()},
-        "floor_ms": {"ivy_http_floor_p50": http_floor.p50, "grpc_tcp_p50": floor_grpc["tcp"].p50,
-                     "grpc_unix_p50": floor_grpc["unix"].p50, "rose_step_mean": step_ms,
+        "floor_ms": {"ivy_http_floor_p50": http_floor.p50, "grpc_tcp_p50": floor_hop["tcp"].p50,
+                     "grpc_unix_p50": floor_hop["unix"].p50, "frames_unix_p50": floor_hop["frames"].p50,
+                     "rose_step_mean": step_ms,
                      "ivy_tokenize_mean": tokenize_ms, "total": floor},
-        "grpc_floor": {k: s.to_dict() for k, s in floor_grpc.items()},
+        "hop_floor": {k: s.to_dict() for k, s in floor_hop.items()},
         "throughput": tput,
         "tulip_stage_means": tulip_stages,
         "tulip_batches_under_load": batches,
@@ -258,7 +265,8 @@ def _markdown(data, stats, streamed, floor, tput, rounds, warmup) -> str:
     return "\n".join([
         f"One input of {TOKENS} tokens (real English text, the all-MiniLM-L6-v2 tokenizer on both sides), "
         f"null model (zeros, no compute), {rounds} interleaved rounds after {warmup} warm-up rounds; "
-        "one Tulip serves both Ivy sides (one reaches it over TCP, one over its Unix socket). "
+        "one Tulip serves both Ivy sides (one reaches it over TCP with gRPC, one over its Unix socket with "
+        "Tulip frames). "
         f"Ivy binary: `{_shown(data['params']['ivy_binary'])}`.\n",
         "## Latency, batch 1\n",
         table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
@@ -279,6 +287,8 @@ def _markdown(data, stats, streamed, floor, tput, rounds, warmup) -> str:
             ["bare tonic ↔ tonic unary round trip, 128 ids out, 384 floats back, one runtime thread a side, TCP p50",
              fl["grpc_tcp_p50"]],
             ["the same over a Unix socket, p50", fl["grpc_unix_p50"]],
+            ["Tulip frames round trip over a Unix socket (Ivy's transport to a unix:// Tulip), one runtime "
+             "thread a side, p50", fl["frames_unix_p50"]],
             ["ROSE's step in-process as Tulip calls it (step_arena → release), mean",
              fl["rose_step_mean"]],
             ["Ivy's tokenization of the input (its own stage metric), mean", fl["ivy_tokenize_mean"]],

@@ -112,6 +112,35 @@ def test_one_trace_from_the_caller_through_ivy_into_tulip(traced, collector):
     assert {s["service"] for s in spans} == {"ivy", "tulip"}
 
 
+def test_the_trace_crosses_tulip_frames_on_a_unix_socket(collector, minilm_dir, log_dir):
+    """Tulip frames carry no metadata: the traceparent rides in the frame."""
+    import tempfile
+
+    sock = tempfile.mktemp(prefix="tulip-traced-", suffix=".sock")
+    tulip = Tulip(minilm_dir, log_dir=log_dir, env=FAST_EXPORT, otlp_endpoint=collector.endpoint,
+                  unix_socket=sock)
+    try:
+        ivy = Ivy([f"unix://{sock}"], tokenizer=False, log_dir=log_dir, env=FAST_EXPORT,
+                  otlp_endpoint=collector.endpoint)
+        try:
+            trace_id = "5c0ffee5" * 4
+            status, body = ivy.post_json("/v1/embeddings", {"input": "over frames"}, {
+                "traceparent": f"00-{trace_id}-{CALLER_SPAN}-01", "x-request-id": "traced-frames"})
+            assert status == 200, body
+            spans = _trace(collector, trace_id, {("ivy", "attempt"), ("tulip", "embed")})
+            assert "tulip_frames_connections 1" in tulip.metrics().splitlines()
+        finally:
+            ivy.stop()
+    finally:
+        tulip.stop()
+    by_id = {s["span_id"]: s for s in spans}
+    [embed] = [s for s in spans if (s["service"], s["name"]) == ("tulip", "embed")]
+    attempt = by_id.get(embed["parent"])
+    assert attempt is not None and (attempt["service"], attempt["name"]) == ("ivy", "attempt")
+    assert attempt["attrs"]["replica"] == f"unix://{sock}"
+    assert embed["attrs"]["request_id"] == "traced-frames"
+
+
 def test_grpc_front_continues_the_callers_trace(traced, collector):
     from tulip.client import load_stubs
 

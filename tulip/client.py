@@ -179,6 +179,10 @@ class TulipClient:
 
         self.pb2, grpc_mod = load_stubs("tulip")
         opts = [("grpc.max_receive_message_length", 512 << 20), ("grpc.max_send_message_length", 512 << 20)]
+        if target.startswith("unix:"):
+            # grpc-core would send the socket path as :authority, which
+            # Tulip's HTTP/2 server refuses as malformed.
+            opts.append(("grpc.default_authority", "localhost"))
         self.channel = grpc.insecure_channel(target.removeprefix("http://"), options=opts)
         self.stub = grpc_mod.TulipStub(self.channel)
         self.timeout = timeout

@@ -84,7 +84,9 @@ mod tests {
     fn replicas(n: usize) -> Vec<Arc<Replica>> {
         (0..n)
             .map(|i| {
-                let r = Arc::new(Replica::new(&format!("http://127.0.0.1:{}", 9000 + i)).unwrap());
+                let r = Arc::new(
+                    Replica::new(&format!("http://127.0.0.1:{}", 9000 + i), false).unwrap(),
+                );
                 r.set_health(Health::Serving, "test", false);
                 r
             })

@@ -107,6 +107,12 @@ pub struct Config {
     #[arg(long, env = "IVY_COALESCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub coalesce: bool,
 
+    /// `Embed` calls to a `unix://` replica go as Tulip frames, one write
+    /// each way instead of HTTP/2's five, when the replica offers them
+    /// (`false`: gRPC). Health checks and `Info` stay on gRPC.
+    #[arg(long, env = "IVY_UNIX_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub unix_frames: bool,
+
     /// Most chunks of one request in flight per healthy replica (0 = all at
     /// once). A bound keeps a large request from filling the replicas'
     /// queues, so short requests arriving after it wait behind a few chunks

@@ -12,6 +12,7 @@ mod config;
 mod conn_io;
 mod discovery;
 mod error;
+mod frame_client;
 mod grpc;
 mod grpc_health;
 mod health;

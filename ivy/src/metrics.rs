@@ -299,7 +299,7 @@ mod tests {
         m.request("openai", "embeddings", "200".into(), None);
         m.request("tei", "embed", "413".into(), Some("validation"));
         m.stage(Stage::Total, Duration::from_millis(3));
-        let r = Arc::new(Replica::new("http://127.0.0.1:9").unwrap());
+        let r = Arc::new(Replica::new("http://127.0.0.1:9", false).unwrap());
         let text = m.render(vec![r], 0);
         assert!(text.contains(r#"ivy_requests_total{api="tei",endpoint="embed",status="413",error="validation"} 1"#), "{text}");
         assert!(

@@ -1,7 +1,7 @@
 //! Tulip replicas: one gRPC channel each, their health, their load (tokens in
 //! flight from this Ivy) and the set Ivy routes to now.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::error::ApiError;
+use crate::frame_client::FrameClient;
 use ivy_tokenizer::Tokenizer;
 
 /// Largest response Ivy accepts from a replica (a big multi-vector chunk).
@@ -96,6 +97,10 @@ pub struct Replica {
     info: RwLock<Option<Arc<InfoResponse>>>,
     /// Chunks waiting to share a call here (`coalesce.rs`).
     pub(crate) pending: crate::coalesce::Pending,
+    /// For a `unix://` replica with frames allowed: `Embed` calls as Tulip
+    /// frames, once its `Info` says it serves them (`use_frames`).
+    frames: Option<FrameClient>,
+    use_frames: AtomicBool,
 }
 
 impl std::fmt::Debug for Replica {
@@ -109,7 +114,9 @@ impl std::fmt::Debug for Replica {
 
 impl Replica {
     /// A replica at `url`; connects lazily (needs a tokio runtime).
-    pub fn new(url: &str) -> Result<Self, String> {
+    /// `unix_frames`: a `unix://` replica whose `Info` offers Tulip frames
+    /// gets its `Embed` calls that way.
+    pub fn new(url: &str, unix_frames: bool) -> Result<Self, String> {
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| format!("invalid Tulip URL `{url}`: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT)
@@ -133,6 +140,11 @@ impl Replica {
             lost: watch::Sender::new(0),
             info: RwLock::new(None),
             pending: Default::default(),
+            frames: url
+                .strip_prefix("unix://")
+                .filter(|_| unix_frames)
+                .map(|path| FrameClient::new(path.into(), MAX_RESPONSE_BYTES)),
+            use_frames: AtomicBool::new(false),
         })
     }
 
@@ -210,6 +222,10 @@ impl Replica {
             Err(_) => return Err(format!("no Info answer within {timeout:?}")),
         };
         *self.info.write().expect("replica lock poisoned") = Some(Arc::clone(&info));
+        let frames = self.frames.is_some() && info.unix_frames;
+        if self.use_frames.swap(frames, Ordering::Relaxed) != frames {
+            tracing::info!(replica = %self.url, frames, "Embed calls as Tulip frames");
+        }
         Ok(info)
     }
 
@@ -223,11 +239,8 @@ impl Replica {
             tokens,
         };
         let mut lost = self.lost.subscribe();
-        let mut client = self.client.clone();
-        let mut call = tonic::Request::new(request);
-        telemetry::inject_grpc(call.metadata_mut());
         let outcome = tokio::select! {
-            r = client.embed(call) => r.map(|r| r.into_inner()).map_err(|s| self.classify(s)),
+            r = self.call(request) => r.map_err(|s| self.classify(s)),
             _ = lost.changed() => Err(AttemptError::Retry(ApiError::Unavailable(format!(
                 "Tulip replica {} stopped answering health checks", self.url
             )))),
@@ -243,6 +256,19 @@ impl Replica {
             Err(AttemptError::Fatal(_)) => {}
         }
         outcome
+    }
+
+    /// One `Embed` call, as Tulip frames when this replica takes them.
+    async fn call(&self, request: EmbedRequest) -> Result<EmbedResponse, tonic::Status> {
+        if let Some(frames) = &self.frames {
+            if self.use_frames.load(Ordering::Relaxed) {
+                return frames.embed(&request, &telemetry::traceparent()).await;
+            }
+        }
+        let mut client = self.client.clone();
+        let mut call = tonic::Request::new(request);
+        telemetry::inject_grpc(call.metadata_mut());
+        client.embed(call).await.map(|r| r.into_inner())
     }
 
     #[cfg(test)]
@@ -311,6 +337,8 @@ pub struct ReplicaSet {
     tokenizer: RwLock<Option<Arc<Tokenizer>>>,
     /// The tokenizer came from `--tokenizer`: the replicas' is not loaded.
     tokenizer_override: bool,
+    /// `--unix-frames`: `unix://` replicas get `Embed` as Tulip frames.
+    unix_frames: bool,
     /// The model's own prompt templates.
     templates: RwLock<Option<Arc<crate::templates::Templates>>>,
     /// Woken when replicas are added, so they are checked at once.
@@ -320,9 +348,10 @@ pub struct ReplicaSet {
 impl ReplicaSet {
     /// A set that tokenizes with `tokenizer` when given (the `--tokenizer`
     /// override), else with the one the first replica serves.
-    pub fn with_tokenizer(tokenizer: Option<Arc<Tokenizer>>) -> Self {
+    pub fn with_tokenizer(tokenizer: Option<Arc<Tokenizer>>, unix_frames: bool) -> Self {
         Self {
             tokenizer_override: tokenizer.is_some(),
+            unix_frames,
             tokenizer: RwLock::new(tokenizer),
             ..Self::default()
         }
@@ -366,7 +395,7 @@ impl ReplicaSet {
             match current.iter().find(|r| &r.url == url) {
                 Some(r) => next.push(Arc::clone(r)),
                 None => {
-                    next.push(Arc::new(Replica::new(url)?));
+                    next.push(Arc::new(Replica::new(url, self.unix_frames)?));
                     added.push(url.as_str());
                 }
             }
@@ -497,7 +526,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_that_says_draining_is_not_a_lost_replica() {
-        let r = Replica::new("http://10.0.0.1:7070").unwrap();
+        let r = Replica::new("http://10.0.0.1:7070", false).unwrap();
         r.set_health(Health::Serving, "test", false);
         let mut draining = tonic::Status::unavailable("server is draining");
         draining
@@ -522,7 +551,7 @@ mod tests {
             dimension: 768,
             ..Default::default()
         });
-        let set = ReplicaSet::with_tokenizer(None);
+        let set = ReplicaSet::with_tokenizer(None, false);
         // No tokenizer.json in the Info: nothing to tokenize with.
         assert!(set.accept_model(&a).unwrap_err().contains("--tokenizer"));
         let tok = std::fs::read(concat!(

@@ -37,7 +37,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         config.config.clone(),
         Arc::clone(&metrics),
     )?);
-    let replicas = Arc::new(ReplicaSet::with_tokenizer(tokenizer));
+    let replicas = Arc::new(ReplicaSet::with_tokenizer(tokenizer, config.unix_frames));
     let source = match &config.tulip_dns {
         Some(target) => Source::Dns {
             target: target.clone(),

@@ -1,5 +1,8 @@
 //! Generated gRPC types. `tulip::v1` is the internal Ivy → Tulip protocol;
-//! `ivy::v1` is Ivy's public gRPC API.
+//! `ivy::v1` is Ivy's public gRPC API; `frames` is the thinner envelope
+//! for `tulip.v1` calls over a Unix socket.
+
+pub mod frames;
 
 pub mod tulip {
     pub mod v1 {

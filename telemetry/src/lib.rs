@@ -234,6 +234,27 @@ pub fn inject_grpc(metadata: &mut MetadataMap) {
     }
 }
 
+/// The current span's trace context as a `traceparent` value, for a
+/// transport without metadata (Tulip frames); empty when traces are off.
+pub fn traceparent() -> String {
+    let mut carrier = Traceparent(String::new());
+    if enabled() {
+        let cx = Span::current().context();
+        TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    }
+    carrier.0
+}
+
+/// Makes `span` continue the trace named by a `traceparent` value (from
+/// [`traceparent`]); an empty or invalid one starts a new trace.
+pub fn continue_traceparent(span: &Span, traceparent: &str) {
+    if enabled() && !traceparent.is_empty() {
+        let carrier = Traceparent(traceparent.to_string());
+        let cx = TraceContextPropagator::new().extract(&carrier);
+        let _ = span.set_parent(cx);
+    }
+}
+
 /// Records a finished child span of `parent` with explicit start and end
 /// times: for phases measured on other threads (a request's wait in
 /// Tulip's queue, its engine steps), recorded once the request is answered.
@@ -295,6 +316,28 @@ impl Injector for MetadataMut<'_> {
             MetadataValue::try_from(value.as_str()),
         ) {
             self.0.insert(k, v);
+        }
+    }
+}
+
+/// A carrier holding only the `traceparent` field (the propagator's
+/// `tracestate` is not carried).
+struct Traceparent(String);
+
+impl Extractor for Traceparent {
+    fn get(&self, key: &str) -> Option<&str> {
+        (key == "traceparent").then_some(self.0.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent"]
+    }
+}
+
+impl Injector for Traceparent {
+    fn set(&mut self, key: &str, value: String) {
+        if key == "traceparent" {
+            self.0 = value;
         }
     }
 }

@@ -58,6 +58,28 @@ def test_services_and_profiles(config, monitoring):
     assert set(monitoring["services"]) == {"ivy", *TULIPS, "prometheus", "grafana"}
 
 
+def test_colocated_profile_puts_ivy_on_its_tulips_unix_socket(compose_bin):
+    out = compose_config(compose_bin, "colocated")
+    assert out.returncode == 0, out.stderr
+    cfg = json.loads(out.stdout)
+    services = cfg["services"]
+    assert set(services) == {"ivy", *TULIPS, "tulip-local", "ivy-local"}
+    tulip, ivy = services["tulip-local"], services["ivy-local"]
+    socket_path = tulip["environment"]["TULIP_UNIX_SOCKET"]
+    assert ivy["environment"]["IVY_TULIP"] == f"unix://{socket_path}"
+    # Both mount the one volume at the socket's directory.
+    mounts = [{(m["source"], m["target"]) for m in s["volumes"]} for s in (tulip, ivy)]
+    assert mounts[0] == mounts[1] and len(mounts[0]) == 1
+    [(volume, target)] = mounts[0]
+    assert os.path.dirname(socket_path) == target
+    # In memory, writable by the images' user, who creates the socket.
+    opts = cfg["volumes"][volume]["driver_opts"]
+    assert opts["type"] == "tmpfs" and "uid=10001" in opts["o"]
+    assert ivy["ports"][0]["published"] != services["ivy"]["ports"][0]["published"]
+    assert set(ivy["depends_on"]) == {"tulip-local"}
+    assert ivy["healthcheck"] == services["ivy"]["healthcheck"]
+
+
 def test_compose_rejects_a_dangling_reference(compose_bin, tmp_path):
     broken = yaml.safe_load(COMPOSE_FILE.read_text())
     broken["services"]["ivy"]["depends_on"]["tulip-2"] = {"condition": "service_started"}

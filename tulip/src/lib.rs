@@ -7,6 +7,7 @@ mod config;
 pub mod cuda;
 mod engine;
 mod error;
+mod frames;
 mod metrics;
 mod metrics_http;
 mod output;
@@ -15,6 +16,7 @@ mod queue;
 mod scheduler;
 mod server;
 mod service;
+mod unix_socket;
 mod validate;
 
 use std::time::Duration;

@@ -117,6 +117,7 @@ pub struct Metrics {
     pub inflight_steps: Gauge,
     pub queued_sequences: Gauge,
     pub active_requests: Gauge,
+    pub frames_connections: Gauge,
     pub draining: Gauge,
     pub class_queue_seconds: Family<ClassLabel, Histogram>,
     pub class_steps: Family<ClassLabel, Counter>,
@@ -152,6 +153,7 @@ impl Metrics {
             inflight_steps: Gauge::default(),
             queued_sequences: Gauge::default(),
             active_requests: Gauge::default(),
+            frames_connections: Gauge::default(),
             draining: Gauge::default(),
             class_queue_seconds: Family::new_with_constructor(latency),
             class_steps: Family::default(),
@@ -233,6 +235,11 @@ impl Metrics {
             "tulip_active_requests",
             "Embed requests being answered",
             m.active_requests.clone(),
+        );
+        r.register(
+            "tulip_frames_connections",
+            "Open Tulip frames connections on the Unix socket (co-located gateways)",
+            m.frames_connections.clone(),
         );
         r.register(
             "tulip_draining",

@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::queue::Pool;
 use crate::service::{ServiceState, TulipService};
 use crate::validate::Limits;
-use crate::{completion, metrics_http, scheduler};
+use crate::{completion, metrics_http, scheduler, unix_socket};
 
 /// How often the waiting main thread looks for Python signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
@@ -33,6 +33,7 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 const SERVER_STOP: Duration = Duration::from_secs(5);
 
 type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
+type UnixIncoming = tokio_stream::wrappers::ReceiverStream<std::io::Result<unix_socket::Sniffed>>;
 
 pub fn serve(
     py: Python<'_>,
@@ -57,7 +58,7 @@ pub fn serve(
     ));
     let threads = start_engine_threads(&pool, &engine, &metrics)?;
     let state = Arc::new(ServiceState::default());
-    let service = TulipService {
+    let service = Arc::new(TulipService {
         pool: Arc::clone(&pool),
         engine,
         model: Arc::clone(&model),
@@ -66,7 +67,8 @@ pub fn serve(
         },
         state: Arc::clone(&state),
         metrics: Arc::clone(&metrics),
-    };
+        unix_frames: listeners.unix.is_some(),
+    });
     let (health, health_service) = tonic_health::server::health_reporter();
     let (stop_tx, stop_rx) = watch::channel(false);
     // The metrics server outlives the gRPC drain, so the drain is observable.
@@ -83,11 +85,15 @@ pub fn serve(
         .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(
-            TulipServer::new(service)
+            TulipServer::from_arc(Arc::clone(&service))
                 .max_decoding_message_size(config.max_message_bytes)
                 .max_encoding_message_size(usize::MAX),
         );
-    let servers = start_grpc(&runtime, router, listeners.grpc, listeners.unix, &stop_rx);
+    let unix = listeners.unix.map(|listener| {
+        let _guard = runtime.enter();
+        unix_socket::accept(listener, service, config.max_message_bytes, stop_rx.clone())
+    });
+    let servers = start_grpc(&runtime, router, listeners.grpc, unix, &stop_rx);
     log_ready(&model, &listeners.addr, config.unix_socket.as_deref());
 
     let outcome = wait_for_signal(py, &servers);
@@ -229,18 +235,17 @@ fn start_engine_threads(
     ])
 }
 
-/// One server per listener (TCP, and the Unix socket when asked for), all
-/// with the same services and the same stop signal.
+/// One server per listener (TCP, and the Unix socket's gRPC connections
+/// when asked for), all with the same services and the same stop signal.
 fn start_grpc(
     runtime: &Runtime,
     router: Router,
     tcp: tokio::net::TcpListener,
-    unix: Option<tokio::net::UnixListener>,
+    unix: Option<UnixIncoming>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<ServerTask> {
     let mut servers = Vec::new();
-    if let Some(listener) = unix {
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    if let Some(incoming) = unix {
         let fut = router
             .clone()
             .serve_with_incoming_shutdown(incoming, stopped(stop.clone()));

@@ -4,10 +4,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use prometheus_client::metrics::gauge::Gauge;
 use proto::tulip::v1::tulip_server::Tulip;
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
+
 use tracing::Instrument;
 
 use crate::engine::{EngineHandle, ModelInfo};
@@ -26,6 +28,8 @@ pub struct TulipService {
     pub limits: Limits,
     pub state: Arc<ServiceState>,
     pub metrics: Arc<Metrics>,
+    /// Tulip frames are served on the Unix socket (said in `Info`).
+    pub unix_frames: bool,
 }
 
 /// Shared with the shutdown path: whether new work is refused, and how many
@@ -36,11 +40,20 @@ pub struct ServiceState {
     pub active: AtomicUsize,
 }
 
-struct ActiveGuard<'a>(&'a AtomicUsize);
+/// Counts a request as active (and shows the count) until dropped, however
+/// its call ends: answered, failed, or cancelled by its caller.
+struct ActiveGuard<'a>(&'a AtomicUsize, &'a Gauge);
+
+impl<'a> ActiveGuard<'a> {
+    fn enter(count: &'a AtomicUsize, gauge: &'a Gauge) -> Self {
+        gauge.set(count.fetch_add(1, Ordering::SeqCst) as i64 + 1);
+        Self(count, gauge)
+    }
+}
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.set(self.0.fetch_sub(1, Ordering::SeqCst) as i64 - 1);
     }
 }
 
@@ -91,30 +104,25 @@ impl TulipService {
         });
         answer.map(|resp| (resp, arrived))
     }
-}
 
-#[tonic::async_trait]
-impl Tulip for TulipService {
-    async fn embed(
+    /// One `Embed` call, whichever transport carried it: `parent` links its
+    /// span to the caller's trace. Counts it as active, logs and records it.
+    pub async fn answer(
         &self,
-        request: Request<EmbedRequest>,
-    ) -> Result<Response<EmbedResponse>, Status> {
+        request: EmbedRequest,
+        parent: impl FnOnce(&tracing::Span),
+    ) -> Result<EmbedResponse, TulipError> {
         let started = Instant::now();
-        self.state.active.fetch_add(1, Ordering::SeqCst);
-        let _active = ActiveGuard(&self.state.active);
-        self.metrics
-            .active_requests
-            .set(self.state.active.load(Ordering::SeqCst) as i64);
+        let _active = ActiveGuard::enter(&self.state.active, &self.metrics.active_requests);
         // Disabled (a no-op) unless traces are exported or the log is at DEBUG.
         let span = tracing::debug_span!(
             "embed",
-            request_id = %request.get_ref().request_id,
+            request_id = %request.request_id,
             // i64: the trace exporter writes unsigned values as strings.
-            tokens = request.get_ref().token_ids.len() as i64,
-            sequences = request.get_ref().lengths.len() as i64,
+            tokens = request.token_ids.len() as i64,
+            sequences = request.lengths.len() as i64,
         );
-        telemetry::continue_grpc(&span, request.metadata());
-        let request = request.into_inner();
+        parent(&span);
         let request_id = request.request_id.clone();
         let class = Class::from_proto(request.priority);
         let result = self.run(request).instrument(span.clone()).await;
@@ -142,7 +150,21 @@ impl Tulip for TulipService {
                 m.inference_seconds.observe(t.inference_us as f64 * 1e-6);
             }
         }
-        result.map(Response::new).map_err(Status::from)
+        result
+    }
+}
+
+#[tonic::async_trait]
+impl Tulip for TulipService {
+    async fn embed(
+        &self,
+        request: Request<EmbedRequest>,
+    ) -> Result<Response<EmbedResponse>, Status> {
+        let (metadata, _, request) = request.into_parts();
+        self.answer(request, |span| telemetry::continue_grpc(span, &metadata))
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
@@ -158,6 +180,7 @@ impl Tulip for TulipService {
             kinds: m.wire_kinds().into_iter().map(|k| k as i32).collect(),
             multi_vector_dimension: m.multi_vector_dimension,
             token_states_dimension: m.token_states_dimension,
+            unix_frames: self.unix_frames,
             dtype: m.dtype.clone(),
             device: m.device.clone(),
             max_request_sequences: self.limits.max_request_sequences as u32,

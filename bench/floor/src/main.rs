@@ -3,14 +3,18 @@
 //! sequential unary calls carrying a 128-token request against it and prints
 //! JSON. ADDR is `http://host:port` or `unix:///path`. Both sides use tonic
 //! and tokio as Ivy and Tulip do, so the pair is the floor of the Ivy → Tulip
-//! hop: what no serving work is added to.
+//! hop: what no serving work is added to. ADDR `frames:///path` does the same
+//! with Tulip frames (`proto::frames`) over a Unix socket, the floor of a
+//! co-located Ivy's hop.
 
 use std::time::Instant;
 
 use bytes::Bytes;
+use proto::frames;
 use proto::tulip::v1::tulip_client::TulipClient;
 use proto::tulip::v1::tulip_server::{Tulip, TulipServer};
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse, Timing};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::{Endpoint, Server};
 use tonic::{Request, Response, Status};
 
@@ -22,17 +26,8 @@ struct Fixed {
 #[tonic::async_trait]
 impl Tulip for Fixed {
     async fn embed(&self, r: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
-        let r = r.into_inner();
-        Ok(Response::new(EmbedResponse {
-            kind: 1,
-            dtype: 1,
-            rows: 1,
-            dim: self.dim,
-            data: self.row.clone(),
-            tokens: r.token_ids.len() as u64,
-            timing: Some(Timing::default()),
-            ..Default::default()
-        }))
+        let tokens = r.into_inner().token_ids.len();
+        Ok(Response::new(fixed_reply(&self.row, self.dim, tokens)))
     }
 
     async fn info(&self, _: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
@@ -60,7 +55,59 @@ fn runtime(threads: usize) -> tokio::runtime::Runtime {
     b.enable_all().build().expect("tokio runtime")
 }
 
+fn fixed_reply(row: &Bytes, dim: u32, tokens: usize) -> EmbedResponse {
+    EmbedResponse {
+        kind: 1,
+        dtype: 1,
+        rows: 1,
+        dim,
+        data: row.clone(),
+        tokens: tokens as u64,
+        timing: Some(Timing::default()),
+        ..Default::default()
+    }
+}
+
+/// Answers each frames call on its connection in turn.
+async fn serve_frames(path: &str, dim: u32) -> Result<(), Box<dyn std::error::Error>> {
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    let row = Bytes::from(vec![0u8; dim as usize * 4]);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let row = row.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut read = tokio::io::BufReader::new(read);
+            let mut preface = [0u8; 8];
+            if read.read_exact(&mut preface).await.is_err() || preface != frames::PREFACE {
+                return;
+            }
+            let (mut buf, mut out) = (Vec::new(), Vec::new());
+            while let Ok(frames::Frame::Body) =
+                frames::read_frame(&mut read, &mut buf, 1 << 30).await
+            {
+                let Ok(frames::Call::Embed { tag, request, .. }) = frames::decode_call(&buf) else {
+                    return;
+                };
+                out.clear();
+                frames::encode_reply(
+                    tag,
+                    Ok(&fixed_reply(&row, dim, request.token_ids.len())),
+                    &mut out,
+                );
+                if write.write_all(&out).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 async fn serve(addr: String, dim: u32) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(path) = addr.strip_prefix("frames://") {
+        return serve_frames(path, dim).await;
+    }
     let svc = TulipServer::new(Fixed {
         row: Bytes::from(vec![0u8; dim as usize * 4]),
         dim,
@@ -85,11 +132,6 @@ async fn client(
     tokens: usize,
     gap_us: u64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let channel = Endpoint::from_shared(addr)?
-        .tcp_nodelay(true)
-        .connect()
-        .await?;
-    let mut client = TulipClient::new(channel);
     // Token ids of WordPiece size (two to three varint bytes each).
     let request = EmbedRequest {
         token_ids: (0..tokens as u32).map(|i| 2000 + i * 97 % 28000).collect(),
@@ -98,8 +140,9 @@ async fn client(
         request_id: "0123456789abcdef0123456789abcdef".into(),
         ..Default::default()
     };
+    let mut call = Caller::connect(addr).await?;
     for _ in 0..warmup {
-        client.embed(request.clone()).await?;
+        call.embed(&request).await?;
     }
     let mut micros = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -109,7 +152,7 @@ async fn client(
             std::thread::sleep(std::time::Duration::from_micros(gap_us));
         }
         let start = Instant::now();
-        client.embed(request.clone()).await?;
+        call.embed(&request).await?;
         micros.push(start.elapsed().as_secs_f64() * 1e6);
     }
     println!(
@@ -117,6 +160,62 @@ async fn client(
         serde_json::json!({ "rounds": rounds, "tokens": tokens, "latency_us": micros })
     );
     Ok(())
+}
+
+/// One transport's client side: a tonic channel, or a frames connection.
+enum Caller {
+    Grpc(TulipClient<tonic::transport::Channel>),
+    Frames {
+        read: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+        write: tokio::net::unix::OwnedWriteHalf,
+        buf: Vec<u8>,
+        tag: u64,
+    },
+}
+
+impl Caller {
+    async fn connect(addr: String) -> Result<Self, Box<dyn std::error::Error>> {
+        if let Some(path) = addr.strip_prefix("frames://") {
+            let mut stream = tokio::net::UnixStream::connect(path).await?;
+            stream.write_all(&frames::PREFACE).await?;
+            let (read, write) = stream.into_split();
+            return Ok(Self::Frames {
+                read: tokio::io::BufReader::new(read),
+                write,
+                buf: Vec::new(),
+                tag: 0,
+            });
+        }
+        let channel = Endpoint::from_shared(addr)?
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        Ok(Self::Grpc(TulipClient::new(channel)))
+    }
+
+    async fn embed(&mut self, request: &EmbedRequest) -> Result<(), Box<dyn std::error::Error>> {
+        match self {
+            Self::Grpc(client) => {
+                client.embed(request.clone()).await?;
+            }
+            Self::Frames {
+                read,
+                write,
+                buf,
+                tag,
+            } => {
+                *tag += 1;
+                buf.clear();
+                frames::encode_embed(*tag, "", request, buf);
+                write.write_all(buf).await?;
+                if frames::read_frame(read, buf, 1 << 30).await? != frames::Frame::Body {
+                    return Err("the frames server closed".into());
+                }
+                frames::decode_reply(buf)?.1?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
