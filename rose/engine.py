@@ -19,6 +19,7 @@ from .lazy import LazyTensor
 from .loader import WeightReader, read_weights, strip_prefix
 from .graphs import GraphKey, GraphSettings
 from .models import EmbeddingModel, attn_shape, build_model
+from .models import packed as packing
 from .runner import Runner
 
 log = logging.getLogger("rose")
@@ -130,10 +131,13 @@ class Engine:
         graphs: bool = True,
         graph_settings: GraphSettings | None = None,
         static_on_cpu: bool = False,
+        packed_linear: bool = True,
     ) -> "Engine":
         """Loads a Hugging Face model directory. ``graphs`` enables lazily
         captured CUDA graphs (on CUDA, with a capture-safe attention backend);
-        ``static_on_cpu`` runs the same static-buffer path on the CPU."""
+        ``static_on_cpu`` runs the same static-buffer path on the CPU;
+        ``packed_linear`` packs float32 linear weights for oneDNN on the CPU
+        (``rose/models/packed.py``)."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
         dev = resolve_device(device)
@@ -147,9 +151,15 @@ class Engine:
         if leftover:
             log.warning("unused weights in %s: %s", spec.path, ", ".join(leftover[:8]))
         model = model.to(device=dev, dtype=dt).eval()
+        packed = 0
+        if packed_linear and dev.type == "cpu" and dt == torch.float32:
+            if packing.available():
+                packed = packing.pack_linears(model)
+            else:
+                log.warning("this PyTorch has no oneDNN packed linear: plain CPU matmuls")
         log.info(
-            "loaded %s (%s, %s, %s, attention=%s) in %.1fs",
-            spec.model_id, spec.model_type, dev, dt, backend.name, time.perf_counter() - started,
+            "loaded %s (%s, %s, %s, attention=%s, %d packed linear layers) in %.1fs",
+            spec.model_id, spec.model_type, dev, dt, backend.name, packed, time.perf_counter() - started,
         )
         return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu)
 

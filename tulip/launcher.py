@@ -152,6 +152,9 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--small-step-tokens", type=int, default=32,
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
+    p.flag("--cpu-packed-linear", type=_bool, default=True,
+           help="on the CPU at float32, linear layers run on weights packed once for oneDNN (2-3x faster "
+                "matmuls than PyTorch's default on a 2-core AMD EPYC, same precision); false = PyTorch's own")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     p.flag("--json-output", type=_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
@@ -177,10 +180,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     # oneDNN caches a compiled primitive per input shape, and ragged batches
-    # bring a new shape almost every step: unbounded, the cache grew Tulip
-    # from 0.8 to over 2 GB in ten minutes of mixed traffic. Set before
-    # torch loads; an operator's own value wins.
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
+    # bring a new shape almost every step: at oneDNN's default of 1024
+    # entries the cache grew Tulip from 0.8 to over 2 GB in ten minutes of
+    # mixed traffic. With no cache, though, every packed linear call
+    # (rose/models/packed.py) compiles its primitive again, about 0.1 ms:
+    # most of a query's step. 256 entries hold a small model's layers at
+    # every query length up to ~64 tokens for a bounded ~50-200 MB (measured
+    # on a 2-core VM); a long ragged batch misses, at a few percent of its
+    # step. Set before torch loads; an operator's own value wins.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
     import torch
 
     from rose import Engine, RoseError
@@ -199,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = GraphSettings(max_tokens=args.graph_max_tokens, max_sequences=args.graph_max_sequences)
         engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
-                                 model_id=model_id, graphs=args.graphs, graph_settings=settings)
+                                 model_id=model_id, graphs=args.graphs, graph_settings=settings,
+                                 packed_linear=args.cpu_packed_linear)
         if engine.runner.threads is not None:
             engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:

@@ -125,6 +125,8 @@ class DisentangledLayer(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim * rs.scale_factor)
         eps = float(cfg.get("layer_norm_eps", 1e-7))
         self.qkv = nn.Linear(hidden, 3 * hidden)
+        # positions() projects the relative table with its query/key rows.
+        self.qkv.weight_read_directly = True
         # Without share_att_key, positions have their own projections.
         separate = rs.enabled and not rs.share_key
         self.pos_query = nn.Linear(hidden, hidden) if separate and "p2c" in rs.terms else None

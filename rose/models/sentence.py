@@ -48,6 +48,7 @@ class DenseLayer(nn.Module):
         super().__init__()
         self.step = step
         self.linear = nn.Linear(step.in_features, step.out_features, bias=step.bias)
+        self.linear.weight_read_directly = True  # forward() casts it to float32
         self.act = _ACTIVATIONS[step.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

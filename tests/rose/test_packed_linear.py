@@ -1,0 +1,61 @@
+"""oneDNN-packed linear layers on the CPU (rose/models/packed.py): the same
+results as ``nn.Linear`` at float32, the weight still readable, only float32
+CPU layers packed, and an engine that packs them embeds as one that does
+not (the architecture tests compare packed engines with transformers)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from rose import Engine
+from rose.models import packed
+
+pytestmark = pytest.mark.skipif(not packed.available(), reason="this PyTorch has no oneDNN packed linear")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 48), (16, 48), (333, 48), (2, 7, 48), (0, 48)])
+def test_packed_matches_nn_linear(bias, shape):
+    torch.manual_seed(0)
+    lin = nn.Linear(48, 80, bias=bias)
+    x = torch.randn(*shape)
+    want = lin(x)
+    p = packed.PackedLinear(lin)
+    with torch.inference_mode():
+        got = p(x)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # A strided (transposed) input gives the same rows.
+    xt = torch.randn(48, 5).t()
+    torch.testing.assert_close(p(xt), lin(xt), rtol=1e-5, atol=1e-5)
+
+
+def test_the_weight_stays_readable_and_only_marked_layers_keep_a_copy():
+    lin = nn.Linear(32, 64)
+    p = packed.PackedLinear(lin)
+    assert p.kept is None and torch.equal(p.weight, lin.weight.detach())
+    marked = nn.Linear(32, 64)
+    marked.weight_read_directly = True
+    q = packed.PackedLinear(marked)
+    assert q.weight is q.kept and torch.equal(q.weight, marked.weight.detach())
+
+
+def test_only_float32_cpu_linears_are_packed():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU()),
+                          nn.Linear(8, 8).to(torch.float16), nn.LayerNorm(8))
+    assert packed.pack_linears(model) == 2
+    assert isinstance(model[0], packed.PackedLinear) and isinstance(model[1][0], packed.PackedLinear)
+    assert type(model[2]) is nn.Linear and type(model[3]) is nn.LayerNorm
+
+
+def test_a_packed_engine_embeds_as_an_unpacked_one(minilm_dir):
+    texts = [[101, 7592, 2088, 102], [101] + list(range(2000, 2040)) + [102], [101, 102]]
+    on = Engine.from_dir(minilm_dir, device="cpu", packed_linear=True)
+    off = Engine.from_dir(minilm_dir, device="cpu", packed_linear=False)
+    assert any(isinstance(m, packed.PackedLinear) for m in on.model.modules())
+    assert not any(isinstance(m, packed.PackedLinear) for m in off.model.modules())
+    for kind in ("dense", "token_states"):
+        a, b = on.embed(texts, kind), off.embed(texts, kind)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
