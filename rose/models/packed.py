@@ -11,6 +11,13 @@ one thread and on two, at float32 (the same precision; results differ from
 The packed copy replaces the weight (no second copy in memory). A layer
 whose weight its model reads directly (not through ``forward``) is marked
 ``weight_read_directly = True`` where it is built, and keeps both.
+
+oneDNN compiles a kernel per input shape (kept in its primitive cache, which
+Tulip bounds) and allocates per shape: with the exact row count of every
+ragged batch, a process's memory grew without bound (1.7 GB after 1,500
+steps of 1–4096 rows), and without the cache each call compiled again. Rows
+are therefore padded up to one of ~63 sizes (``padded_rows``): memory then
+levelled off (~330 MB above PyTorch's own path, same test) at the same speed.
 """
 
 from __future__ import annotations
@@ -19,12 +26,25 @@ import logging
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 log = logging.getLogger(__name__)
 
 # The row count the packed layout is chosen for (a query's tokens); any
 # count runs on it.
 PACK_ROWS = 16
+
+
+def padded_rows(rows: int) -> int:
+    """The row count a matmul of ``rows`` runs at: exact up to 16 (queries),
+    then multiples of 16 up to 256, then 8 sizes per doubling (at most
+    12.5% padding)."""
+    if rows <= 16:
+        return rows
+    if rows <= 256:
+        return (rows + 15) // 16 * 16
+    step = (1 << (rows.bit_length() - 1)) // 8
+    return (rows + step - 1) // step * step
 
 
 def available() -> bool:
@@ -53,7 +73,13 @@ class PackedLinear(nn.Module):
         return self.kept if self.kept is not None else self.packed.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        rows = x.reshape(-1, self.in_features)
+        n = rows.shape[0]
+        padded = padded_rows(n)
+        if padded != n:
+            rows = F.pad(rows, (0, 0, 0, padded - n))
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        return out[:n].reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

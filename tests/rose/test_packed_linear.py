@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not packed.available(), reason="this PyTorch has
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(1, 48), (16, 48), (333, 48), (2, 7, 48), (0, 48)])
+@pytest.mark.parametrize("shape", [(1, 48), (16, 48), (17, 48), (333, 48), (2, 7, 48), (3, 100, 48), (0, 48)])
 def test_packed_matches_nn_linear(bias, shape):
     torch.manual_seed(0)
     lin = nn.Linear(48, 80, bias=bias)
@@ -30,6 +30,15 @@ def test_packed_matches_nn_linear(bias, shape):
     # A strided (transposed) input gives the same rows.
     xt = torch.randn(48, 5).t()
     torch.testing.assert_close(p(xt), lin(xt), rtol=1e-5, atol=1e-5)
+
+
+def test_rows_are_padded_to_few_sizes_and_never_cut():
+    sizes = {packed.padded_rows(n) for n in range(1, 4097)}
+    assert all(packed.padded_rows(n) >= n for n in range(0, 9000))
+    assert [packed.padded_rows(n) for n in (0, 1, 16, 17, 256, 257, 300, 4096, 4097)] == [
+        0, 1, 16, 32, 256, 288, 320, 4096, 4608]
+    assert max(packed.padded_rows(n) / n for n in range(257, 9000)) <= 1.125
+    assert len(sizes) <= 64
 
 
 def test_the_weight_stays_readable_and_only_marked_layers_keep_a_copy():
