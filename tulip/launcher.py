@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     # entries the cache grew Tulip from 0.8 to over 2 GB in ten minutes of
     # mixed traffic. With no cache, though, every packed linear call
     # (rose/models/packed.py) compiles its primitive again, about 0.1 ms:
-    # most of a query's step. Packed layers pad their rows to one of 63
-    # sizes, so 256 entries hold four weight shapes at every size. Set
-    # before torch loads; an operator's own value wins.
+    # most of a query's step. Packed layers pad their rows to one of 31
+    # sizes (up to 256 rows), so 256 entries hold eight weight shapes at
+    # every size. Set before torch loads; an operator's own value wins.
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
     import torch
 

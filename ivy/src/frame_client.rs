@@ -103,28 +103,47 @@ impl FrameClient {
             next_tag: AtomicU64::new(1),
             waiting: Mutex::new(Some(HashMap::new())),
         });
-        tokio::spawn(frames::write_frames(write, rx));
-        let reader = Arc::clone(&conn);
+        // The tasks hold the connection weakly: once the client lets go of
+        // it (replaced, or the replica removed), they end and close it.
+        let writer = Arc::downgrade(&conn);
+        tokio::spawn(async move {
+            if let Err(e) = frames::write_frames(write, rx).await {
+                if let Some(conn) = writer.upgrade() {
+                    conn.close(&format!("write failed: {e}"));
+                }
+            }
+        });
+        let reader = Arc::downgrade(&conn);
         let max = self.max_reply_bytes;
         tokio::spawn(async move {
             let why = read_replies(BufReader::with_capacity(64 * 1024, read), &reader, max).await;
             tracing::debug!(reason = %why, "frames connection to Tulip closed");
-            // Every call still waiting fails (and may retry elsewhere).
-            let waiting = reader.waiting.lock().expect("waiting lock").take();
-            for (_, call) in waiting.into_iter().flatten() {
-                let _ = call.send(Err(Status::unavailable(format!(
-                    "connection to Tulip lost: {why}"
-                ))));
+            if let Some(conn) = reader.upgrade() {
+                conn.close(&why);
             }
         });
         Ok(conn)
     }
 }
 
-/// Hands each reply to its call until the connection ends; returns why.
+impl Conn {
+    /// Marks the connection broken: every call still waiting fails (and may
+    /// retry elsewhere), and the next call connects again.
+    fn close(&self, why: &str) {
+        let waiting = self.waiting.lock().expect("waiting lock").take();
+        for (_, call) in waiting.into_iter().flatten() {
+            let _ = call.send(Err(Status::unavailable(format!(
+                "connection to Tulip lost: {why}"
+            ))));
+        }
+    }
+}
+
+/// Hands each reply to its call until the connection ends (or nobody holds
+/// it any more); returns why.
 async fn read_replies(
     mut r: BufReader<tokio::net::unix::OwnedReadHalf>,
-    conn: &Conn,
+    conn: &std::sync::Weak<Conn>,
     max: usize,
 ) -> String {
     let mut buf = Vec::new();
@@ -140,6 +159,9 @@ async fn read_replies(
         let (tag, reply) = match frames::decode_reply(&buf) {
             Ok(r) => r,
             Err(e) => return e,
+        };
+        let Some(conn) = conn.upgrade() else {
+            return "no longer used".into();
         };
         let call = match conn.waiting.lock().expect("waiting lock").as_mut() {
             Some(waiting) => waiting.remove(&tag),

@@ -16,8 +16,12 @@ oneDNN compiles a kernel per input shape (kept in its primitive cache, which
 Tulip bounds) and allocates per shape: with the exact row count of every
 ragged batch, a process's memory grew without bound (1.7 GB after 1,500
 steps of 1–4096 rows), and without the cache each call compiled again. Rows
-are therefore padded up to one of ~63 sizes (``padded_rows``): memory then
-levelled off (~330 MB above PyTorch's own path, same test) at the same speed.
+are therefore padded up to one of a few sizes (``padded_rows``). Even so, in
+a 30-minute soak of mixed traffic (queries and 100-document batches) Tulip's
+memory rose for 20 minutes before it levelled off, ~470 MB above the
+unpacked path. So only matmuls of up to ``MAX_PACKED_ROWS`` rows (queries,
+small batches: where the saving is latency) run packed; larger ones run on
+PyTorch's path with the weight unpacked for the call (~2% of such a matmul).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ log = logging.getLogger(__name__)
 # The row count the packed layout is chosen for (a query's tokens); any
 # count runs on it.
 PACK_ROWS = 16
+# Above this many rows a matmul runs on PyTorch's own path (on the weight
+# unpacked for the call): see the module's docstring.
+MAX_PACKED_ROWS = 256
 
 
 def padded_rows(rows: int) -> int:
@@ -75,6 +82,8 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         n = rows.shape[0]
+        if n > MAX_PACKED_ROWS:
+            return F.linear(x, self.weight, self.bias)
         padded = padded_rows(n)
         if padded != n:
             rows = F.pad(rows, (0, 0, 0, padded - n))
