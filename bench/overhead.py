@@ -204,21 +204,20 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         SERVED: http_floor.p50 + floor_hop["frames"].p50 + step_ms + tokenize_ms,
         "ivy (tcp)": http_floor.p50 + floor_hop["tcp"].p50 + step_ms + tokenize_ms,
     }
-    served = SERVED
     fa = stats["fastapi"]
     summary = {
-        "served_side": served,
-        "fastapi_over_served_p50": ratio(fa.p50, stats[served].p50),
-        "fastapi_over_served_p99": ratio(fa.p99, stats[served].p99),
+        "served_side": SERVED,
+        "fastapi_over_served_p50": ratio(fa.p50, stats[SERVED].p50),
+        "fastapi_over_served_p99": ratio(fa.p99, stats[SERVED].p99),
         "streamed": {
-            "fastapi_over_served_p50": ratio(streamed["fastapi"].p50, streamed[served].p50),
-            "fastapi_over_served_p99": ratio(streamed["fastapi"].p99, streamed[served].p99),
+            "fastapi_over_served_p50": ratio(streamed["fastapi"].p50, streamed[SERVED].p50),
+            "fastapi_over_served_p99": ratio(streamed["fastapi"].p99, streamed[SERVED].p99),
             "served_over_floor_p50": {k: ratio(streamed[k].p50, floor[k]) for k in floor},
         },
         "served_over_floor_p50": {k: ratio(stats[k].p50, floor[k]) for k in floor},
         "throughput_ratios": {
-            "ivy / fastapi 1 worker": ratio(tput[served]["requests_per_s"], tput["fastapi, 1 worker"]["requests_per_s"]),
-            "ivy / fastapi 1 worker per core": ratio(tput[served]["requests_per_s"],
+            "ivy / fastapi 1 worker": ratio(tput[SERVED]["requests_per_s"], tput["fastapi, 1 worker"]["requests_per_s"]),
+            "ivy / fastapi 1 worker per core": ratio(tput[SERVED]["requests_per_s"],
                                                      tput["fastapi, 1 worker per core"]["requests_per_s"]),
         },
         "sequences_per_step": batches["tulip_batch_sequences"]["mean"],
