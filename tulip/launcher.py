@@ -155,10 +155,6 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--cpu-packed-linear", type=_bool, default=True,
            help="on the CPU at float32, linear layers run on weights packed once for oneDNN (2-3x faster "
                 "matmuls than PyTorch's default on a 2-core AMD EPYC, same precision); false = PyTorch's own")
-    p.flag("--malloc-trim-tokens", type=int, default=16384,
-           help="on the CPU, return the C heap's free memory to the OS after this many tokens of batched "
-                "steps, once nothing is queued (about 0.7 ms; without it ragged batches fragment the heap "
-                "and RSS creeps up by a third over half an hour); 0 = never")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     p.flag("--json-output", type=_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
@@ -262,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
             batch_max_wait_ms=args.batch_max_wait_ms,
             batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0
                                else 0 if engine.device.type == "cuda" else 1024),
-            malloc_trim_tokens=max(args.malloc_trim_tokens, 0),
             fill_interactive_steps=(engine.device.type == "cuda" if args.fill_interactive_steps == "auto"
                                     else _bool(args.fill_interactive_steps)),
         )

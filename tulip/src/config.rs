@@ -28,9 +28,6 @@ pub struct ServeConfig {
     pub unix_socket: Option<String>,
     /// Threads of the gRPC runtime (0 = one per core).
     pub io_threads: usize,
-    /// On the CPU: return free heap memory to the OS after this many tokens
-    /// of steps (0 = never; see host_memory.rs).
-    pub malloc_trim_tokens: usize,
     pub priority: priority::Settings,
 }
 

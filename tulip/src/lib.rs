@@ -8,7 +8,6 @@ pub mod cuda;
 mod engine;
 mod error;
 mod frames;
-mod host_memory;
 mod metrics;
 mod metrics_http;
 mod output;
@@ -44,7 +43,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
     json_output = false, priority = true, batch_max_wait_ms = 500, batch_step_tokens = 0,
-    fill_interactive_steps = true, malloc_trim_tokens = 16384,
+    fill_interactive_steps = true,
     otlp_endpoint = None, otlp_service_name = "tulip".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -70,7 +69,6 @@ fn serve(
     batch_max_wait_ms: u64,
     batch_step_tokens: usize,
     fill_interactive_steps: bool,
-    malloc_trim_tokens: usize,
     otlp_endpoint: Option<String>,
     otlp_service_name: String,
 ) -> PyResult<()> {
@@ -103,7 +101,6 @@ fn serve(
         inline_steps,
         unix_socket,
         io_threads,
-        malloc_trim_tokens,
         priority: priority::Settings {
             enabled: priority,
             batch_max_wait: Duration::from_millis(batch_max_wait_ms),

@@ -112,7 +112,6 @@ pub struct Metrics {
     pub padded_tokens: Counter,
     pub steps: Family<ModeLabel, Counter>,
     pub inline_steps: Counter,
-    pub malloc_trims: Counter,
     pub graphs_captured: Gauge,
     pub capture_seconds: Histogram,
     pub inflight_steps: Gauge,
@@ -149,7 +148,6 @@ impl Metrics {
             padded_tokens: Counter::default(),
             steps: Family::default(),
             inline_steps: Counter::default(),
-            malloc_trims: Counter::default(),
             graphs_captured: Gauge::default(),
             capture_seconds: Histogram::new(exponential_buckets(1e-3, 2.0, 16)),
             inflight_steps: Gauge::default(),
@@ -212,11 +210,6 @@ impl Metrics {
             "tulip_inline_steps",
             "Engine steps run by the request's own task because the engine was idle",
             m.inline_steps.clone(),
-        );
-        r.register(
-            "tulip_malloc_trims",
-            "Times free heap memory was returned to the OS after CPU steps",
-            m.malloc_trims.clone(),
         );
         r.register(
             "tulip_graphs_captured",

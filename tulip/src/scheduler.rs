@@ -16,7 +16,6 @@ use pyo3::Python;
 use crate::completion;
 use crate::engine::{keep_thread_state, EngineHandle, HostBatch, Kind, LazyOutput};
 use crate::error::TulipError;
-use crate::host_memory::{self, Trim};
 use crate::metrics::{ClassLabel, Metrics, Mode, ModeLabel};
 use crate::priority::Class;
 use crate::queue::{InFlight, Pool, SeqRef, Work};
@@ -34,32 +33,18 @@ pub fn run(
     engine: Arc<EngineHandle>,
     done: Sender<InFlight>,
     metrics: Arc<Metrics>,
-    mut trim: Trim,
 ) {
     keep_thread_state();
     loop {
         match pool.next_work() {
-            Work::Batch(seqs, releases) => {
-                let tokens = seqs.iter().map(|s| s.len()).sum();
-                launch(
-                    &pool,
-                    &engine,
-                    Delivery::Completion(&done),
-                    &metrics,
-                    seqs,
-                    releases,
-                );
-                if trim.due(tokens, pool.queued_sequences() == 0) {
-                    let started = Instant::now();
-                    let released = host_memory::trim();
-                    metrics.malloc_trims.inc();
-                    tracing::debug!(
-                        released,
-                        seconds = started.elapsed().as_secs_f64(),
-                        "malloc_trim"
-                    );
-                }
-            }
+            Work::Batch(seqs, releases) => launch(
+                &pool,
+                &engine,
+                Delivery::Completion(&done),
+                &metrics,
+                seqs,
+                releases,
+            ),
             Work::Release(releases) => Python::attach(|py| release_all(py, releases)),
             Work::Stop(releases) => {
                 // Python references are dropped deterministically, with the GIL.

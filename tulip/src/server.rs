@@ -21,7 +21,6 @@ use tonic_health::ServingStatus;
 
 use crate::config::ServeConfig;
 use crate::engine::{EngineHandle, ModelInfo};
-use crate::host_memory::Trim;
 use crate::metrics::Metrics;
 use crate::queue::Pool;
 use crate::service::{ServiceState, TulipService};
@@ -57,13 +56,7 @@ pub fn serve(
         config.inline_steps,
         config.priority.clone(),
     ));
-    // Only a CPU step's activations live in the host's heap.
-    let trim_tokens = if model.device.starts_with("cpu") {
-        config.malloc_trim_tokens
-    } else {
-        0
-    };
-    let threads = start_engine_threads(&pool, &engine, &metrics, Trim::new(trim_tokens))?;
+    let threads = start_engine_threads(&pool, &engine, &metrics)?;
     let state = Arc::new(ServiceState::default());
     let service = Arc::new(TulipService {
         pool: Arc::clone(&pool),
@@ -227,14 +220,13 @@ fn start_engine_threads(
     pool: &Arc<Pool>,
     engine: &Arc<EngineHandle>,
     metrics: &Arc<Metrics>,
-    trim: Trim,
 ) -> PyResult<[thread::JoinHandle<()>; 2]> {
     let (done_tx, done_rx) = mpsc::channel();
     Ok([
         spawn("tulip-scheduler", {
             let (pool, engine, metrics) =
                 (Arc::clone(pool), Arc::clone(engine), Arc::clone(metrics));
-            move || scheduler::run(pool, engine, done_tx, metrics, trim)
+            move || scheduler::run(pool, engine, done_tx, metrics)
         })?,
         spawn("tulip-completion", {
             let (pool, metrics) = (Arc::clone(pool), Arc::clone(metrics));
