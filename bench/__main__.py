@@ -64,6 +64,12 @@ def set_environment() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     set_environment()
+    # Every benchmark writes a PNG at its end: fail now, not after an hour.
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("bench needs its extras: pip install -e '.[bench]' (or make bench)", file=sys.stderr)
+        return 2
     out = args.out or default_dir()
     command = [Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
     writer = Writer(out, command)

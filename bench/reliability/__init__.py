@@ -219,6 +219,10 @@ def run_suite(writer: Writer, mode_name: str, only: list[str] | None = None) -> 
             results[name]["section_s"] = round(time.monotonic() - t, 1)
     finally:
         servers.close()
-    figure = report.plot(results, writer.out_dir / "reliability.png")
+    try:
+        figure = report.plot(results, writer.out_dir / "reliability.png")
+    except Exception as e:  # the figures must not be lost with the picture
+        results["plot_error"] = f"{type(e).__name__}: {e}"
+        figure = None
     md = report.markdown(results, figure)
     return writer.write("reliability", TITLE, results, md, [], started)
