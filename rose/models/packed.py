@@ -12,16 +12,17 @@ The packed copy replaces the weight (no second copy in memory). A layer
 whose weight its model reads directly (not through ``forward``) is marked
 ``weight_read_directly = True`` where it is built, and keeps both.
 
-oneDNN compiles a kernel per input shape (kept in its primitive cache, which
-Tulip bounds) and allocates per shape: with the exact row count of every
-ragged batch, a process's memory grew without bound (1.7 GB after 1,500
-steps of 1–4096 rows), and without the cache each call compiled again. Rows
-are therefore padded up to one of a few sizes (``padded_rows``). Even so, in
-a 30-minute soak of mixed traffic (queries and 100-document batches) Tulip's
-memory rose for 20 minutes before it levelled off, ~470 MB above the
-unpacked path. So only matmuls of up to ``MAX_PACKED_ROWS`` rows (queries,
-small batches: where the saving is latency) run packed; larger ones run on
-PyTorch's path with the weight unpacked for the call (~2% of such a matmul).
+oneDNN compiles a kernel per input shape and keeps it in its primitive
+cache (which Tulip bounds). Rows are therefore padded up to one of a few
+sizes (``padded_rows``), so a model's packed layers need a fixed set of
+kernels, whatever ragged batches arrive. PyTorch's own GELU also runs on
+oneDNN, with no padding: a new kernel for every exact row count, evicting
+others from the cache. That churn, small allocations made and freed among
+the activations', fragmented the C heap: in a 30-minute soak of mixed
+traffic Tulip's resident memory grew by 19–32% before levelling off. So
+packing also turns PyTorch's own dispatch to oneDNN off for the process
+(``torch.backends.mkldnn.enabled = False``; GELU then runs on PyTorch's
+vectorised kernel) and the packed layers call oneDNN directly.
 """
 
 from __future__ import annotations
@@ -37,9 +38,6 @@ log = logging.getLogger(__name__)
 # The row count the packed layout is chosen for (a query's tokens); any
 # count runs on it.
 PACK_ROWS = 16
-# Above this many rows a matmul runs on PyTorch's own path (on the weight
-# unpacked for the call): see the module's docstring.
-MAX_PACKED_ROWS = 256
 
 
 def padded_rows(rows: int) -> int:
@@ -82,8 +80,6 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         n = rows.shape[0]
-        if n > MAX_PACKED_ROWS:
-            return F.linear(x, self.weight, self.bias)
         padded = padded_rows(n)
         if padded != n:
             rows = F.pad(rows, (0, 0, 0, padded - n))
@@ -105,4 +101,7 @@ def pack_linears(model: nn.Module) -> int:
                 swaps.append((parent, name, child))
     for parent, name, child in swaps:
         setattr(parent, name, PackedLinear(child))
+    if swaps:
+        # See the module's docstring: only padded shapes may reach oneDNN.
+        torch.backends.mkldnn.enabled = False
     return len(swaps)

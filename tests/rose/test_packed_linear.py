@@ -68,3 +68,49 @@ def test_a_packed_engine_embeds_as_an_unpacked_one(minilm_dir):
     for kind in ("dense", "token_states"):
         a, b = on.embed(texts, kind), off.embed(texts, kind)
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_packing_turns_pytorchs_own_onednn_dispatch_off():
+    torch.backends.mkldnn.enabled = True
+    try:
+        assert packed.pack_linears(nn.Sequential(nn.Linear(8, 8))) == 1
+        assert not torch.backends.mkldnn.enabled
+    finally:
+        torch.backends.mkldnn.enabled = True
+
+
+# Runs in a child process: ONEDNN_VERBOSE is read when oneDNN starts.
+_RAGGED_STEPS = """
+import random, torch
+from rose import Engine
+torch.set_num_threads(1)
+engine = Engine.from_dir({model!r}, device="cpu")
+rng = random.Random(0)
+for n in (1, 3, 7, 20):
+    for _ in range(4):
+        engine.embed([[101] + [rng.randrange(1000, 20000) for _ in range(rng.randrange(1, 120))] + [102]
+                      for _ in range(n)])
+"""
+
+
+def test_ragged_batches_reach_onednn_only_at_padded_sizes(minilm_dir):
+    """Every oneDNN kernel a packed MiniLM runs over ragged batches is a
+    matmul at one of the padded row counts (or the load-time weight
+    packing): no GELU or other kernel per exact shape, whose churn through
+    the primitive cache fragmented Tulip's heap."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ONEDNN_VERBOSE="1")
+    out = subprocess.run([sys.executable, "-c", _RAGGED_STEPS.format(model=minilm_dir)], env=env,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    execs = [line.split(",") for line in out.splitlines() if line.startswith("onednn_verbose,v1,primitive,exec,")]
+    kinds = {e[5] for e in execs}
+    assert "eltwise" not in kinds and kinds <= {"inner_product", "matmul", "reorder"}, kinds
+    rows = {int(m.group(1)) for e in execs for m in [re.search(r"\bmb(\d+)", ",".join(e))] if m}
+    rows |= {int(m.group(1)) for e in execs if e[5] == "matmul"
+             for m in [re.search(r"(\d+)x\d+:", ",".join(e))] if m}
+    assert rows, "no matmul ran on oneDNN"
+    assert all(packed.padded_rows(r) == r for r in rows), sorted(rows)
