@@ -127,7 +127,9 @@ def _targets(data: dict, out: Path) -> list[dict]:
         rows.append(_row("Host overhead, null model, batch 1, 128 tokens", "FastAPI + uvicorn, one process",
                          "≥ 2.5× lower p50, ≥ 2× lower p99, ≤ 1.5× the floor",
                          f"{o['fastapi_over_served_p50']}× p50, {o['fastapi_over_served_p99']}× p99, "
-                         f"{floor}× the floor ({served} p50 {o['stats'][served]['p50']:.3f} ms)",
+                         f"{floor}× the floor ({served} p50 {o['stats'][served]['p50']:.3f} ms)"
+                         + (f"; all on one core: {o['one_core']['fastapi_over_served_p50']}× p50, "
+                            f"{o['one_core']['fastapi_over_served_p99']}× p99" if "one_core" in o else ""),
                          o["fastapi_over_served_p50"] >= 2.5 and o["fastapi_over_served_p99"] >= 2 and floor <= 1.5,
                          "overhead.md"))
         st = o.get("streamed")

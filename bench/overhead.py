@@ -15,7 +15,10 @@ tokenizer on both sides.
 - Throughput: 64 concurrent keep-alive connections from a compiled client
   process (`bench/loadgen`) against Ivy, FastAPI with one worker and FastAPI with one worker
   per core; Tulip's sequences per engine step.
-- Idle cost: CPU used by Ivy and Tulip while nothing is sent."""
+- Idle cost: CPU used by Ivy and Tulip while nothing is sent.
+- The same interleaved latency with the client and every server pinned to
+  one core: no request waits for another core to wake up, which shows how
+  much of each side's latency those wake-ups are on the machine at hand."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import gate, inputs, metrics
+from bench import affinity, gate, inputs, metrics
 from bench.baselines.servers import FastApiBaseline
 from bench.harness import Stats, interleave, ratio, scaled, stream_stats, timed
 from bench.httpclient import HttpClient
@@ -171,6 +174,9 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         ivy_after = ivy_unix.metrics()
         tulip_stages = metrics.stage_means(before, metrics.parse(tulip.metrics()))
         tokenize_ms = _stage_mean(ivy_before, ivy_after, "tokenize")
+        with affinity.one_core([p.proc.pid for p in procs]) as cpu:
+            interleave(sides, warmup, 0)
+            one_core = {k: Stats.of(v) for k, v in interleave(sides, rounds, 0, seed=4).items()}
 
         health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
         c = clients[SERVED]
@@ -220,6 +226,11 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
             "ivy / fastapi 1 worker per core": ratio(tput[SERVED]["requests_per_s"],
                                                      tput["fastapi, 1 worker per core"]["requests_per_s"]),
         },
+        "one_core": {
+            "cpu": cpu,
+            "fastapi_over_served_p50": ratio(one_core["fastapi"].p50, one_core[SERVED].p50),
+            "fastapi_over_served_p99": ratio(one_core["fastapi"].p99, one_core[SERVED].p99),
+        },
         "sequences_per_step": batches["tulip_batch_sequences"]["mean"],
         "idle_cpu_percent_of_a_core": idle,
     }
@@ -230,6 +241,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
                    "idle_seconds": idle_seconds},
         "stats": {k: s.to_dict() for k, s in stats.items()},
         "streamed_stats": {k: s.to_dict() for k, s in streamed.items()},
+        "one_core_stats": {k: s.to_dict() for k, s in one_core.items()},
         "floor_ms": {"ivy_http_floor_p50": http_floor.p50, "grpc_tcp_p50": floor_hop["tcp"].p50,
                      "grpc_unix_p50": floor_hop["unix"].p50, "frames_unix_p50": floor_hop["frames"].p50,
                      "rose_step_mean": step_ms,
@@ -241,7 +253,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         "rose_null_step": step,
         **summary,
     }
-    return data, _markdown(data, stats, streamed, floor, tput, rounds, warmup)
+    return data, _markdown(data, stats, streamed, one_core, floor, tput, rounds, warmup)
 
 
 def _shown(path: str) -> str:
@@ -257,7 +269,7 @@ def _stage_mean(before: dict[str, float], after: dict[str, float], stage: str) -
     return round(s / n * 1e3, 4) if n else 0.0
 
 
-def _markdown(data, stats, streamed, floor, tput, rounds, warmup) -> str:
+def _markdown(data, stats, streamed, one_core, floor, tput, rounds, warmup) -> str:
     fl = data["floor_ms"]
     served = data["served_side"]
     tr = data["throughput_ratios"]
@@ -280,6 +292,14 @@ def _markdown(data, stats, streamed, floor, tput, rounds, warmup) -> str:
               [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in streamed.items()]),
         f"\nStreamed: FastAPI p50 / served p50 = **{data['streamed']['fastapi_over_served_p50']}×**; "
         f"p99 ratio **{data['streamed']['fastapi_over_served_p99']}×**.\n",
+        f"Interleaved again, with this client and every server process (all their threads) pinned to CPU "
+        f"{data['one_core']['cpu']}: each hop is a context switch on that core instead of a wake-up of "
+        "another (on a virtual machine, an idle virtual CPU is woken through the hypervisor). Not a "
+        "target; the difference from the first table is what those wake-ups cost each side here.\n",
+        table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
+              [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in one_core.items()]),
+        f"\nOne core: FastAPI p50 / served p50 = **{data['one_core']['fastapi_over_served_p50']}×**; "
+        f"p99 ratio **{data['one_core']['fastapi_over_served_p99']}×**.\n",
         "## The floor (same run)\n",
         table(["part", "ms"], [
             ["Ivy's HTTP floor: GET /health, client-observed p50", fl["ivy_http_floor_p50"]],

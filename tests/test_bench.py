@@ -5,6 +5,7 @@ script keeps working between GPU runs). No timing is asserted."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from bench import gate, inputs
+from bench import affinity, gate, inputs
 from bench.harness import Stats, interleave, percentile
 from bench.httpclient import HttpClient
 from tests.servers import REPO
@@ -37,6 +38,32 @@ def test_interleave_calls_every_side_every_round():
                      rounds=5, warmup=2)
     assert [len(v) for v in out.values()] == [5, 5]
     assert sorted(calls) == sorted([(s, i) for s in "ab" for i in (0, 1)] + [(s, i) for s in "ab" for i in range(5)])
+
+
+def test_one_core_pins_every_thread_of_a_process_tree_and_restores_them():
+    # A process with a second thread and a child: all of them, and this
+    # process, run on one CPU inside the block and get their CPUs back after.
+    code = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True)"
+            ".start(); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "print('ready', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tids = affinity.threads(proc.pid)
+        assert len(tids) >= 3  # main thread, the sleeper thread, the child
+        before = {t: os.sched_getaffinity(t) for t in tids}
+        mine = os.sched_getaffinity(0)
+        with affinity.one_core([proc.pid]) as cpu:
+            assert cpu == min(mine)
+            assert all(os.sched_getaffinity(t) == {cpu} for t in tids)
+            assert os.sched_getaffinity(0) == {cpu}
+        assert {t: os.sched_getaffinity(t) for t in tids} == before
+        assert os.sched_getaffinity(0) == mine
+    finally:
+        for child in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split():
+            os.kill(int(child), 9)
+        proc.kill()
+        proc.wait()
 
 
 def test_gate_refuses_different_vectors():
