@@ -175,8 +175,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         tulip_stages = metrics.stage_means(before, metrics.parse(tulip.metrics()))
         tokenize_ms = _stage_mean(ivy_before, ivy_after, "tokenize")
         with affinity.one_core([p.proc.pid for p in procs]) as cpu:
-            interleave(sides, warmup, 0)
-            one_core = {k: Stats.of(v) for k, v in interleave(sides, rounds, 0, seed=4).items()}
+            one_core = {k: Stats.of(v) for k, v in interleave(sides, rounds, warmup, seed=4).items()}
 
         health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
         c = clients[SERVED]
@@ -269,6 +268,11 @@ def _stage_mean(before: dict[str, float], after: dict[str, float], stage: str) -
     return round(s / n * 1e3, 4) if n else 0.0
 
 
+def _latency_table(stats: dict[str, Stats]) -> str:
+    return table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
+                 [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in stats.items()])
+
+
 def _markdown(data, stats, streamed, one_core, floor, tput, rounds, warmup) -> str:
     fl = data["floor_ms"]
     served = data["served_side"]
@@ -280,24 +284,21 @@ def _markdown(data, stats, streamed, one_core, floor, tput, rounds, warmup) -> s
         "Tulip frames). "
         f"Ivy binary: `{_shown(data['params']['ivy_binary'])}`.\n",
         "## Latency, batch 1\n",
-        table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
-              [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in stats.items()]),
+        _latency_table(stats),
         f"\nServed = {served}. FastAPI p50 / served p50 = **{data['fastapi_over_served_p50']}×** "
         f"(target ≥ 2.5); p99 ratio **{data['fastapi_over_served_p99']}×** (target ≥ 2).\n",
         "Above, the sides take turns request by request, so before every request the other servers' work "
         "has run on the cores and displaced caches. Below, the same "
         f"request as a server answering a stream of queries sees it: runs of {STREAM_BLOCK} consecutive "
         f"requests per side (the first {STREAM_SETTLE} of each run untimed), sides alternating run by run.\n",
-        table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
-              [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in streamed.items()]),
+        _latency_table(streamed),
         f"\nStreamed: FastAPI p50 / served p50 = **{data['streamed']['fastapi_over_served_p50']}×**; "
         f"p99 ratio **{data['streamed']['fastapi_over_served_p99']}×**.\n",
         f"Interleaved again, with this client and every server process (all their threads) pinned to CPU "
         f"{data['one_core']['cpu']}: each hop is a context switch on that core instead of a wake-up of "
         "another (on a virtual machine, an idle virtual CPU is woken through the hypervisor). Not a "
         "target; the difference from the first table is what those wake-ups cost each side here.\n",
-        table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
-              [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in one_core.items()]),
+        _latency_table(one_core),
         f"\nOne core: FastAPI p50 / served p50 = **{data['one_core']['fastapi_over_served_p50']}×**; "
         f"p99 ratio **{data['one_core']['fastapi_over_served_p99']}×**.\n",
         "## The floor (same run)\n",
