@@ -31,7 +31,7 @@ COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu", "reliability"])
+    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu", "reliability", "sim"])
     p.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<date>-<machine>)")
     p.add_argument("--model", default=None, help="model directory (default: the embedded all-MiniLM-L6-v2)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
                    help="bulk: documents in the file (default 20000, times --scale)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="reliability: the few-minute mode (default)")
+                      help="reliability: the few-minute mode (default); sim: a small run (the benchmark dry run)")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="reliability: the full mode (about an hour; the committed figures)")
     p.add_argument("--only", default=None,
@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import cpu
 
         return cpu.run_suite(writer, args)
+    if args.command == "sim":  # the simulated device (docs/simulated-device.md)
+        from bench import sim
+
+        return sim.run_suite(writer, args)
     if args.command == "reliability":
         from bench import reliability
 

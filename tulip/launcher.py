@@ -106,7 +106,8 @@ def parser() -> argparse.ArgumentParser:
            help="also serve gRPC on this Unix socket path (a co-located Ivy connects with "
                 "--tulip unix:///PATH, which skips the TCP stack)")
     p.flag("--metrics-port", type=int, default=7071, help="HTTP port for /metrics and /health (0 = off)")
-    p.flag("--device", default="auto", help="cpu, cuda, cuda:N, or auto")
+    p.flag("--device", default="auto",
+           help="cpu, cuda, cuda:N, auto, or sim (the real host path with a modelled GPU: docs/simulated-device.md)")
     p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
     p.flag("--attention", default="auto", help="attention backend (sdpa, ...) or auto")
     p.flag("--max-batch-tokens", type=int, default=0,
@@ -162,6 +163,19 @@ def parser() -> argparse.ArgumentParser:
            help="export OpenTelemetry traces to this OTLP/gRPC collector (e.g. http://otel-collector:4317); "
                 "a caller's traceparent is continued; off when empty")
     p.flag("--otlp-service-name", default="tulip", help="service.name of the exported spans")
+    # --device sim (docs/simulated-device.md).
+    p.flag("--sim-cost", default="",
+           help="--device sim: a step's modelled device time t = t0 + a*tokens + b*sum(len^2), as 't0,a,b' in "
+                "seconds or a JSON file {t0, a, b} (bench/gpu/calibrate.py writes one); empty = BGE-M3 on an H200")
+    p.flag("--sim-launch-us", type=float, default=0.0,
+           help="--device sim: host microseconds each launch spends busy on its thread before the step reaches "
+                "the modelled device (~20 for a CUDA graph replay); never counted as device time")
+    p.flag("--sim-faults", default="",
+           help="--device sim: device errors to inject, KIND@N,...: after N steps the next one fails (sticky = "
+                "illegal address and a lost context, oom = a launch that fails once, or a CUDA error code that "
+                "its event reports)")
+    p.flag("--sim-log", default="",
+           help="--device sim: append one JSON line per step (launch, start and end in CLOCK_MONOTONIC ns) here")
     return p
 
 
@@ -204,9 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         settings = GraphSettings(max_tokens=args.graph_max_tokens, max_sequences=args.graph_max_sequences)
-        engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
-                                 model_id=model_id, graphs=args.graphs, graph_settings=settings,
-                                 packed_linear=args.cpu_packed_linear)
+        if args.device == "sim":
+            from rose.sim import SimEngine, SimSettings
+
+            sim = SimSettings.from_flags(args.sim_cost, args.sim_launch_us, args.sim_faults, args.sim_log)
+            engine = SimEngine.from_dir(model_dir, settings=sim, model_id=model_id, graphs=args.graphs,
+                                        graph_settings=settings)
+        else:
+            engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
+                                     model_id=model_id, graphs=args.graphs, graph_settings=settings,
+                                     packed_linear=args.cpu_packed_linear)
         if engine.runner.threads is not None:
             engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:
@@ -214,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
         return 2
+    gpu = engine.device.type == "cuda" or engine.info.device == "sim"  # the simulated one takes GPU defaults
     unserved = [k for k in engine.info.kinds if k not in SERVED_KINDS]
     if unserved:
         log.error("cannot serve %s: its outputs (%s) have no tulip.v1 output kind yet", model_id or model,
@@ -240,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             metrics_port=args.metrics_port,
-            max_batch_tokens=args.max_batch_tokens or (16384 if engine.device.type == "cuda" else 4096),
+            max_batch_tokens=args.max_batch_tokens or (16384 if gpu else 4096),
             max_batch_sequences=args.max_batch_sequences,
             max_request_sequences=args.max_request_sequences,
             max_inflight=args.max_inflight,
@@ -249,15 +271,15 @@ def main(argv: list[str] | None = None) -> int:
             inline_steps=args.inline_steps,
             unix_socket=args.unix_socket or None,
             io_threads=(args.io_threads if args.io_threads >= 0
-                        else 0 if engine.device.type == "cuda" else 1),
+                        else 0 if gpu else 1),
             json_output=args.json_output,
             otlp_endpoint=args.otlp_endpoint or None,
             otlp_service_name=args.otlp_service_name,
             priority=args.priority,
             batch_max_wait_ms=args.batch_max_wait_ms,
             batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0
-                               else 0 if engine.device.type == "cuda" else 1024),
-            fill_interactive_steps=(engine.device.type == "cuda" if args.fill_interactive_steps == "auto"
+                               else 0 if gpu else 1024),
+            fill_interactive_steps=(gpu if args.fill_interactive_steps == "auto"
                                     else _bool(args.fill_interactive_steps)),
         )
     except (OSError, ValueError, RuntimeError) as e:

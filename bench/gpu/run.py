@@ -15,7 +15,9 @@ one, so a crash or a kill keeps what was done:
    code in another thread, without the GIL;
 4. per timed shape (BGE-M3 = XLM-R large; pplx-embed-1-0.6b ≈ Qwen3-0.6B
    bidirectional): ``<model>/graphs`` (eager vs graphs per length, the
-   kernel-launch inflection point), ``<model>/online``, ``<model>/scoring``;
+   kernel-launch inflection point), ``<model>/calibrate`` (the simulated
+   device's cost model fitted to this device), ``<model>/online``,
+   ``<model>/scoring``;
 5. then ``<model>/throughput``, ``<model>/concurrency``, ``<model>/overlap``;
 6. ``backends``: every attention backend timed per (shape, batch) cell, and
    the selection table those cells make;
@@ -81,6 +83,11 @@ class Sizes:
         self.conc_per_level = 6 if dry else 64
         self.overlap = dict(length=16 if dry else 128, clients=2 if dry else 8, requests=4 if dry else 40,
                             rounds=1 if dry else 3)
+        # The simulated device's cost model fitted here (bench/gpu/calibrate.py).
+        self.calib_lengths = [16, 64] if dry else [64, 128, 256, 512, 1024, 2048, 4096]
+        self.calib_counts = [1, 4] if dry else [1, 4, 16]
+        self.calib_max_tokens = 256 if dry else 16384
+        self.calib_rounds = 2 if dry else 10
         self.sweep_grid = "dry" if dry else "cuda"
         self.sweep_iters = 1 if dry else 10
 
@@ -324,6 +331,23 @@ class Run:
 
         self.rec.section(f"{name}/graphs", run)
 
+    def calibrate(self, name: str) -> None:
+        """The simulated device's ``t0, a, b`` fitted to this device's steps
+        (CUDA graphs, launch to rows on the host, over a grid of sequences x
+        length); written to ``sim-cost-<model>.json`` for ``--sim-cost``."""
+        m, s = self.gated[name], self.sizes
+
+        def run():
+            from bench.gpu import calibrate
+
+            e = checks.engine(m["dir"], self.device, self.dtype, graphs=True)
+            cells = calibrate.grid(s.calib_lengths, s.calib_counts, s.calib_max_tokens)
+            result = calibrate.calibrate(calibrate.measure(e, cells, s.calib_rounds))
+            calibrate.write_cost(result, self.args.out / f"sim-cost-{name}.json")
+            return result
+
+        self.rec.section(f"{name}/calibrate", run)
+
     def online(self, name: str) -> None:
         m = self.gated[name]
         self.rec.section(f"{name}/online", lambda: charts.online(
@@ -429,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
             if first is not None:
                 run.event_wait(first)
             timed = DRY_TIMED if args.dry_run else TIMED
-            phases = [("graphs", run.graphs), ("online", run.online), ("scoring", run.scoring)], \
+            phases = [("graphs", run.graphs), ("calibrate", run.calibrate), ("online", run.online),
+                      ("scoring", run.scoring)], \
                 [("throughput", run.throughput), ("concurrency", run.concurrency), ("overlap", run.overlap)]
             for phase in phases:
                 for name in timed:

@@ -16,6 +16,7 @@ mod queue;
 mod scheduler;
 mod server;
 mod service;
+mod sim_event;
 mod unix_socket;
 mod validate;
 
@@ -111,8 +112,8 @@ fn serve(
     server::serve(py, engine, invalid_batch_error, config)
 }
 
-/// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`)
-/// has completed, with the GIL released: the same wait Tulip's completion
+/// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`,
+/// or a simulated device's tagged handle, `rose/sim/events.py`) has completed, with the GIL released: the same wait Tulip's completion
 /// thread performs. 0 means "no event" and returns at once. Raises
 /// `TimeoutError` after `timeout_s` (default `$TULIP_EVENT_TIMEOUT_S`, else
 /// 120 s) and `RuntimeError` naming the CUDA error otherwise.

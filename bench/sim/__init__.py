@@ -1,0 +1,84 @@
+"""``python -m bench sim [--quick]``: GPU-speed figures on any machine, from
+the simulated device (``docs/simulated-device.md``): Tulip's and Ivy's real
+host path, the device modelled as BGE-M3 on one H200.
+
+Sections: online (batch 1 at 128 / 512 / 4,096 tokens through Tulip's gRPC
+pre-tokenized and through Ivy with text: what the host path adds over the
+modelled device time), saturation (4 clients x 100 x 512: the device's busy
+fraction with two steps in flight and with one), fan-out (one Ivy over 1, 2,
+4, 8 replicas), the four published charts at simulated speed beside the
+published Tulip and vLLM figures, and priority classes at GPU defaults.
+Results: ``sim.md``, ``sim.json``, ``sim.png`` in the results folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.results import now
+from bench.sim import latency, load, report
+from bench.sim.replicas import LAUNCH_US, Fleet, bge_m3_dir
+from rose.sim import DEFAULT_COST
+
+TITLE = "Simulated device: the host path at GPU speed (BGE-M3 on one H200, modelled)"
+
+
+class Sizes:
+    def __init__(self, quick: bool):
+        self.quick = quick
+        self.lengths = [128, 512, 4096]
+        self.rounds = 12 if quick else 300
+        self.score_batches = [5, 25, 50]
+        self.score_rounds = 3 if quick else 40
+        self.sat = dict(length=512, batch=100, clients=4, requests=1 if quick else 6, rounds=1 if quick else 2)
+        self.fanout = [1, 2] if quick else [1, 2, 4, 8]
+        self.fan_requests = 6 if quick else 120
+        self.conc_levels = [1, 4] if quick else [1, 2, 4, 8, 16]
+        self.conc_per_level = 8 if quick else 200
+        self.iso = dict(idle_seconds=1.0 if quick else 8.0, index_requests=1 if quick else 8, rounds=1)
+
+
+def run_suite(writer, args) -> int:
+    sizes = Sizes(args.mode == "quick")
+    t_start = time.monotonic()
+    started = now()
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="bench-sim-"))
+    model_dir = Path(args.model) if args.model else bge_m3_dir(work)
+    fleet = Fleet(model_dir, work)
+    lg = latency.loadgen()
+    data: dict = {"cost_model": {**DEFAULT_COST.to_dict(), "text": DEFAULT_COST.describe()},
+                  "launch_us": LAUNCH_US, "model_dir": str(model_dir), "quick": sizes.quick,
+                  "client": "loadgen (compiled)" if lg else "Python clients (no loadgen built)",
+                  "load_average_before": [round(x, 2) for x in load_before]}
+    try:
+        tulip, log = fleet.tulip("serving")  # GPU defaults: --max-inflight 2, full steps
+        ivy = fleet.ivy([tulip], "serving")
+        print(f"sim: online ({time.monotonic() - t_start:.0f} s)", flush=True)
+        data["online"] = latency.online(tulip, log, ivy, fleet.model_dir, sizes.lengths, sizes.rounds, lg)
+        print(f"sim: scoring ({time.monotonic() - t_start:.0f} s)", flush=True)
+        data["scoring"] = latency.scoring(tulip, log, 512, sizes.score_batches, sizes.score_rounds, lg)
+        print(f"sim: concurrency ({time.monotonic() - t_start:.0f} s)", flush=True)
+        data["concurrency"] = latency.concurrency(ivy, log, fleet.model_dir, 512, sizes.conc_levels,
+                                                  sizes.conc_per_level, lg)
+        print(f"sim: saturation ({time.monotonic() - t_start:.0f} s)", flush=True)
+        off = fleet.tulip("inflight-1", max_inflight=1)
+        data["saturation"] = load.saturation({"on": (tulip, log), "off": off}, **sizes.sat)
+        fleet.stop(off[0])
+        print(f"sim: priority classes ({time.monotonic() - t_start:.0f} s)", flush=True)
+        data["isolation"] = load.isolation(fleet, (tulip, ivy), **sizes.iso)
+        fleet.stop(ivy)
+        print(f"sim: fan-out ({time.monotonic() - t_start:.0f} s)", flush=True)
+        data["fanout"] = load.fanout(fleet, sizes.fanout, texts_per_request=16, length=256,
+                                     requests_per_replica=sizes.fan_requests, clients_per_replica=4, lg=lg,
+                                     first=(tulip, log))
+    finally:
+        fleet.close()
+    data["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    md = report.markdown(data)
+    path = writer.write("sim", TITLE, data, md, fleet.gates, started)
+    report.plot(data, writer.out_dir / "sim.png")
+    print(path.read_text())
+    return 0

@@ -1,0 +1,83 @@
+"""``Engine`` over the simulated device: a model directory's description
+(config, tokenizer, output kinds and sizes) without its weights, ROSE's
+host path, and a modelled device."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..attention import select_backend
+from ..config import ModelSpec
+from ..engine import Engine
+from ..graphs import GraphSettings
+from ..models import attn_shape, build_model
+from .cost import CostModel
+from .device import SimDevice
+from .faults import parse as parse_faults
+from .outputs import OutputSynth
+from .runner import SimRunner
+
+log = logging.getLogger("rose.sim")
+
+DEVICE_NAME = "sim"
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """The simulated device's parameters (``--sim-*`` flags)."""
+
+    cost: CostModel = CostModel.parse("")
+    launch_us: float = 0.0  # host time of one launch (see docs/simulated-device.md)
+    faults: str = ""
+    log_path: str = ""
+
+    @classmethod
+    def from_flags(cls, cost: str = "", launch_us: float = 0.0, faults: str = "", log_path: str = "") -> "SimSettings":
+        s = cls(CostModel.parse(cost), float(launch_us), faults, log_path)
+        parse_faults(faults)  # fail at start-up, not at the Nth step
+        if not s.launch_us >= 0:
+            raise ValueError(f"--sim-launch-us must be >= 0, got {launch_us}")
+        return s
+
+
+class SimEngine(Engine):
+    """An ``Engine`` whose device is modelled: ``info.device == "sim"``."""
+
+    simulated = True
+
+    def __init__(self, spec: ModelSpec, model, settings: SimSettings, graphs: bool = True,
+                 graph_settings: GraphSettings | None = None):
+        backend = select_backend(attn_shape(spec), torch.device("cpu"), torch.float32, "auto")
+        super().__init__(spec, model, torch.device("cpu"), torch.bfloat16, backend, graphs=False)
+        self.info = dataclasses.replace(self.info, device=DEVICE_NAME, dtype="bfloat16")
+        self.settings = settings
+        self.sim = SimDevice(settings.cost, settings.launch_us, parse_faults(settings.faults), settings.log_path)
+        synth = OutputSynth(model.dimension, model.multi_vector_dimension, spec.hidden_size, spec.vocab_size,
+                            len(self.info.labels))
+        self.runner = SimRunner(self.sim, synth, model.dimension, spec.normalize, graph_settings, graphs)
+
+    @classmethod
+    def from_dir(cls, path: str | Path, *, settings: SimSettings | None = None, model_id: str | None = None,
+                 graphs: bool = True, graph_settings: GraphSettings | None = None, **_ignored) -> "SimEngine":
+        """A model directory (config.json; weights are not read), served on
+        the simulated device."""
+        started = time.perf_counter()
+        spec = ModelSpec.from_dir(path, model_id)
+        backend = select_backend(attn_shape(spec), torch.device("cpu"), torch.float32, "auto")
+        # On the meta device: the model's output kinds and sizes without
+        # allocating (or reading) a single weight.
+        with torch.device("meta"):
+            model = build_model(spec, backend)
+        settings = settings or SimSettings()
+        engine = cls(spec, model, settings, graphs, graph_settings)
+        log.info("simulated device for %s (%s): %s, launch %.1f us%s%s, in %.1fs", spec.model_id, spec.model_type,
+                 settings.cost.describe(), settings.launch_us,
+                 f", faults {settings.faults}" if settings.faults else "",
+                 f", log {settings.log_path}" if settings.log_path else "", time.perf_counter() - started)
+        return engine
