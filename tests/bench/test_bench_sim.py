@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.servers import REPO
+from tests.support.servers import REPO
 
 
 @pytest.mark.slow
