@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::replicas::Replica;
+use crate::upstream::replica::Replica;
 
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -240,7 +240,7 @@ impl Collector for ReplicaCollector {
             (
                 "ivy_replica_mismatch",
                 "1 if the replica is refused: it serves another model or tokenizer than the others",
-                |r| (r.health() == crate::replicas::Health::Mismatch) as i64,
+                |r| (r.health() == crate::upstream::replica::Health::Mismatch) as i64,
             ),
             (
                 "ivy_replica_inflight_tokens",

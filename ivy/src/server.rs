@@ -9,18 +9,21 @@ use ivy_tokenizer::Tokenizer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::auth::ApiKey;
-use crate::batch_slots::BatchSlots;
 use crate::config::Config;
-use crate::discovery::{self, Source};
-use crate::limits::Admission;
-use crate::listener::Listener;
 use crate::metrics::Metrics;
-use crate::replicas::ReplicaSet;
+use crate::model::templates::TemplateStore;
+use crate::model::ServedModel;
+use crate::net::http_server;
+use crate::net::listener::Listener;
+use crate::net::tls::{self, Alpn};
+use crate::request::admission::Admission;
+use crate::request::auth::ApiKey;
 use crate::state::Gateway;
-use crate::templates::TemplateStore;
-use crate::tls::{self, Alpn};
-use crate::{balancer, grpc, health, http, http_server};
+use crate::upstream::batch_slots::BatchSlots;
+use crate::upstream::discovery::{self, Source};
+use crate::upstream::set::ReplicaSet;
+use crate::upstream::{balancer, health};
+use crate::{grpc, http};
 
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
@@ -37,7 +40,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         config.config.clone(),
         Arc::clone(&metrics),
     )?);
-    let replicas = Arc::new(ReplicaSet::with_tokenizer(tokenizer, config.unix_frames));
+    let model = Arc::new(ServedModel::with_tokenizer(tokenizer));
+    let replicas = Arc::new(ReplicaSet::new(config.unix_frames));
     let source = match &config.tulip_dns {
         Some(target) => Source::Dns {
             target: target.clone(),
@@ -46,7 +50,11 @@ pub async fn run(config: Config) -> Result<(), String> {
         None => Source::Static(config.tulip.clone()),
     };
     discovery::start(source, Arc::clone(&replicas)).await?;
-    health::spawn(Arc::clone(&replicas), config.health_interval);
+    health::spawn(
+        Arc::clone(&replicas),
+        Arc::clone(&model),
+        config.health_interval,
+    );
     templates.spawn_watchers();
 
     let net = &config.net;
@@ -78,7 +86,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(),
         tls = config.net.tls_cert.is_some(), max_connections = config.net.max_connections, "ivy listening"
     );
-    let spinner = crate::spin::Spinner::new(std::time::Duration::from_micros(config.busy_poll_us));
+    let spinner =
+        crate::upstream::spin::Spinner::new(std::time::Duration::from_micros(config.busy_poll_us));
     if config.busy_poll_us > 0 {
         tokio::spawn(Arc::clone(&spinner).run());
     }
@@ -88,6 +97,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         batch_slots: BatchSlots::new(config.batch_chunks_per_replica),
         api_key: ApiKey::new(config.api_key.clone()),
         replicas,
+        model,
         templates,
         metrics,
         spinner,

@@ -8,15 +8,14 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
-pub fn json_body(
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    limit: usize,
-) -> Result<Value, ApiError> {
+/// A request body as bytes, or why it could not be read (too large: 413).
+pub type Body = Result<Bytes, BytesRejection>;
+
+pub fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
     let _span = tracing::debug_span!("parse").entered();
     check_content_type(headers)?;
     let body = body.map_err(|e| {
-        if let Some(timeout) = crate::body_deadline::find(&e) {
+        if let Some(timeout) = crate::net::body_deadline::find(&e) {
             ApiError::ClientTimeout(timeout.to_string())
         } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit }

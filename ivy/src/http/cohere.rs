@@ -13,7 +13,7 @@ use super::fields::{self, Object};
 use super::respond::{json_timed, to_json};
 use crate::error::ApiError;
 use crate::pipeline::{self, Inputs, Job, Kind, Options};
-use crate::request_id::RequestId;
+use crate::request::id::RequestId;
 use crate::state::AppState;
 
 #[derive(Serialize)]

@@ -7,7 +7,6 @@ mod fields;
 mod openai;
 mod openapi;
 mod ops;
-mod predict;
 mod respond;
 mod tei;
 
@@ -23,8 +22,8 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::Instrument;
 
 use self::respond::{endpoint_label, Api};
-use crate::auth::PUBLIC_PATHS;
-use crate::request_id::{RequestId, HEADER};
+use crate::request::auth::PUBLIC_PATHS;
+use crate::request::id::{RequestId, HEADER};
 use crate::state::AppState;
 
 pub fn router(state: AppState) -> Router {
@@ -37,7 +36,7 @@ pub fn router(state: AppState) -> Router {
         .route("/embed_sparse", post(tei::embed_sparse))
         .route("/embed_all", post(tei::embed_all))
         .route("/rerank", post(tei::rerank))
-        .route("/predict", post(predict::predict))
+        .route("/predict", post(tei::predict))
         .route("/similarity", post(tei::similarity))
         .route("/tokenize", post(tei::tokenize))
         .route("/decode", post(tei::decode))

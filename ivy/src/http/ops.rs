@@ -11,8 +11,8 @@ use super::openapi;
 use super::respond::{finish, Api};
 use crate::error::ApiError;
 use crate::pipeline::Kind;
-use crate::replicas::no_replica;
 use crate::state::AppState;
+use crate::upstream::no_replica;
 
 /// Liveness: the process answers. Never looks at replicas, so a Tulip
 /// outage does not get Ivy restarted.
@@ -43,7 +43,7 @@ pub async fn ready(State(state): State<AppState>) -> Response {
 /// shape (every field it sends), plus `kinds`, `dimension`, `vocab_size`,
 /// `device`, `max_tokens_per_request` and the prompt templates.
 pub async fn info(State(state): State<AppState>) -> Response {
-    let result = match state.replicas.model() {
+    let result = match state.model.info() {
         None => Err(no_replica()),
         Some(m) => {
             let kinds: Vec<Kind> = m.kinds.iter().filter_map(|&k| Kind::of(k)).collect();

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::pipeline::Output;
-use crate::request_id::RequestId;
+use crate::request::id::RequestId;
 use crate::state::Gateway;
 
 /// The HTTP API families.

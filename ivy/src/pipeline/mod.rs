@@ -5,6 +5,7 @@
 
 mod chunk;
 mod dispatch;
+mod encode;
 mod output;
 pub mod predict;
 mod prepare;
@@ -22,9 +23,9 @@ use tracing::{Instrument, Span};
 pub use self::output::{floats, Output};
 use crate::error::ApiError;
 use crate::metrics::Stage;
-use crate::replicas::no_replica;
-use crate::request_id::RequestId;
+use crate::request::id::RequestId;
 use crate::state::AppState;
+use crate::upstream::no_replica;
 
 /// What the model should produce: the wire's output kinds, one enum for
 /// Ivy and Tulip (`proto`), read with `Kind::of` and named by `Kind::name`.
@@ -145,7 +146,7 @@ pub async fn guarded<T>(
 }
 
 async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
-    let model = state.replicas.model().ok_or_else(no_replica)?;
+    let model = state.model.info().ok_or_else(no_replica)?;
     validate::job(&job, &model, &state.config)?;
 
     let started = Instant::now();

@@ -5,11 +5,11 @@
 use ivy_tokenizer::{Direction, EncodeOptions, Tokenizer};
 use proto::tulip::v1::InfoResponse;
 
+use super::encode::{tokenize as tokenize_texts, Tokenized, Truncation};
 use super::{Inputs, Options};
 use crate::error::ApiError;
+use crate::model::templates::Templates;
 use crate::state::AppState;
-use crate::templates::Templates;
-use crate::tokenize::{tokenize as tokenize_texts, Tokenized, Truncation};
 
 /// Pairs beyond this many are encoded on a blocking thread, off the reactor.
 const INLINE_PAIRS: usize = 8;

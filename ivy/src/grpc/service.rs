@@ -1,64 +1,35 @@
-//! The gRPC front: `ivy.v1.Ivy` (the same pipeline as the HTTP routes) and
-//! `grpc.health.v1` (see `grpc_health.rs`). Errors map to gRPC codes in
-//! `error.rs`; the request id travels in `x-request-id` metadata.
+//! `ivy.v1.Ivy`: each call parsed into a pipeline job, run, and rendered;
+//! request id, API key, deadline, metrics and error mapping around every
+//! call (`IvyService::call`).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::StreamExt;
-use ivy_tokenizer::Direction;
 use proto::ivy::v1 as pb;
-use proto::ivy::v1::ivy_server::{Ivy, IvyServer};
+use proto::ivy::v1::ivy_server::Ivy;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use crate::conn_io::ConnIo;
+use super::convert::{client_deadline, direction, predict_inputs, priority, timing};
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
-use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output, Priority};
-use crate::replicas::no_replica;
-use crate::request_id::{RequestId, HEADER};
+use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output};
+use crate::request::id::{RequestId, HEADER};
 use crate::state::AppState;
-use crate::tls::Stream;
-
-/// Serves until `shutdown` resolves, then finishes in-flight calls. HTTP/2
-/// keepalive pings close connections whose peer stopped answering (or
-/// reading): quiet for --idle-timeout, unanswered for --write-timeout.
-pub async fn serve(
-    state: AppState,
-    incoming: impl futures_util::Stream<Item = std::io::Result<ConnIo<Stream>>> + Send + 'static,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), String> {
-    let max = state.config.max_body_bytes;
-    let net = state.config.net.clone();
-    let drain_timeout = state.config.drain_timeout;
-    let health = crate::grpc_health::service(state.clone());
-    let service = IvyServer::new(IvyService { state })
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(usize::MAX);
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(net.idle_timeout))
-        .http2_keepalive_timeout(Some(net.write_timeout));
-    if let Some(age) = net.grpc_max_connection_age {
-        builder = builder
-            .max_connection_age(age)
-            .max_connection_age_grace(drain_timeout);
-    }
-    builder
-        .add_service(health)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(|e| format!("gRPC server error: {e}"))
-}
+use crate::upstream::no_replica;
 
 pub struct IvyService {
     state: AppState,
 }
 
 impl IvyService {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+
     /// Request id, API key, deadline, metrics and error mapping around a call.
     async fn call<Req, Resp, F, Fut>(
         &self,
@@ -116,76 +87,6 @@ impl IvyService {
             }
         }
     }
-}
-
-/// The caller's `grpc-timeout` (e.g. `500m`, `2S`) as a deadline.
-fn client_deadline(meta: &MetadataMap) -> Option<Instant> {
-    let v = meta.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    let d = match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    };
-    Instant::now().checked_add(d)
-}
-
-fn direction(d: i32) -> Direction {
-    match pb::TruncationDirection::try_from(d) {
-        Ok(pb::TruncationDirection::Left) => Direction::Left,
-        _ => Direction::Right,
-    }
-}
-
-fn priority(p: i32) -> Result<Option<Priority>, ApiError> {
-    match pb::Priority::try_from(p) {
-        Ok(pb::Priority::Unspecified) => Ok(None),
-        Ok(pb::Priority::Interactive) => Ok(Some(Priority::Interactive)),
-        Ok(pb::Priority::Batch) => Ok(Some(Priority::Batch)),
-        Err(_) => Err(ApiError::schema(
-            "priority",
-            format!("unknown priority {p}; use PRIORITY_INTERACTIVE or PRIORITY_BATCH"),
-        )),
-    }
-}
-
-/// All texts, or all pairs.
-fn predict_inputs(inputs: Vec<pb::PredictInput>) -> Result<Inputs, ApiError> {
-    if inputs.is_empty() {
-        return Err(ApiError::Empty("`inputs` must not be empty".into()));
-    }
-    let pairs = inputs[0].text_pair.is_some();
-    if let Some(i) = inputs.iter().position(|x| x.text_pair.is_some() != pairs) {
-        return Err(ApiError::schema(
-            "inputs",
-            format!("inputs[{i}] must be a pair like inputs[0] is, or a text like it is not"),
-        ));
-    }
-    Ok(if pairs {
-        Inputs::PairList(
-            inputs
-                .into_iter()
-                .map(|x| (x.text, x.text_pair.unwrap_or_default()))
-                .collect(),
-        )
-    } else {
-        Inputs::Texts(inputs.into_iter().map(|x| x.text).collect())
-    })
-}
-
-fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
-    let us = |d: Duration| d.as_micros() as u64;
-    Some(pb::Timing {
-        tokenization_us: us(out.timing.tokenize),
-        queue_us: us(out.timing.queue),
-        inference_us: us(out.timing.inference),
-        total_us: us(started.elapsed()),
-    })
 }
 
 async fn embed_job(
@@ -382,7 +283,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedAllResponse>, Status> {
         self.call("embed_all", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let kind = pipeline::embed_all_kind(state.replicas.model().as_deref());
+            let kind = pipeline::embed_all_kind(state.model.info().as_deref());
             let out = embed_job(&state, r, kind, deadline).await?;
             Ok(pb::EmbedAllResponse {
                 row_counts: out.row_counts().to_vec(),
@@ -512,7 +413,7 @@ impl Ivy for IvyService {
         request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
         self.call("info", request, |state, _, _| async move {
-            let m = state.replicas.model().ok_or_else(no_replica)?;
+            let m = state.model.info().ok_or_else(no_replica)?;
             let templates = state.templates();
             Ok(pb::InfoResponse {
                 model_id: m.model_id.clone(),
@@ -533,28 +434,5 @@ impl Ivy for IvyService {
             })
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_grpc_timeouts() {
-        let mut m = MetadataMap::new();
-        assert!(client_deadline(&m).is_none());
-        m.insert("grpc-timeout", "1500m".parse().unwrap());
-        let d = client_deadline(&m)
-            .unwrap()
-            .saturating_duration_since(Instant::now());
-        assert!(d <= Duration::from_millis(1500));
-        m.insert("grpc-timeout", "3M".parse().unwrap());
-        let d = client_deadline(&m)
-            .unwrap()
-            .saturating_duration_since(Instant::now());
-        assert!(d > Duration::from_secs(60) && d <= Duration::from_secs(180));
-        m.insert("grpc-timeout", "5x".parse().unwrap());
-        assert!(client_deadline(&m).is_none());
     }
 }

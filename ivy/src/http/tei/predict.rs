@@ -12,10 +12,10 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::body::json_body;
-use super::fields::{self, Object};
-use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
+use crate::http::body::{json_body, Body};
+use crate::http::fields::{self, Object};
+use crate::http::respond::{finish, json_timed, to_json, Api};
 use crate::pipeline::{predict, Inputs, Options};
 use crate::state::AppState;
 
@@ -49,9 +49,6 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
     .await;
     finish(&state, Api::Tei, "predict", result)
 }
-
-// The body as bytes, or why it could not be read (too large: 413).
-type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
 
 /// TEI's JSON for one prediction (score first).
 #[derive(Serialize)]

@@ -1,5 +1,7 @@
 //! Ivy's configuration: every flag is also an environment variable.
 
+pub mod net;
+
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -153,7 +155,7 @@ pub struct Config {
 
     /// Connection timeouts and limits, TLS (see `net_config.rs`).
     #[command(flatten)]
-    pub net: crate::net_config::NetConfig,
+    pub net: crate::config::net::NetConfig,
 
     /// Seconds between health checks of each replica.
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]

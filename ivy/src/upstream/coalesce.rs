@@ -16,7 +16,7 @@ use proto::tulip::v1::{EmbedRequest, EmbedResponse, OutputKind};
 use tokio::sync::oneshot;
 
 use crate::metrics::Metrics;
-use crate::replicas::{AttemptError, Replica};
+use crate::upstream::replica::{AttemptError, Replica};
 
 /// How big a merged call may grow.
 #[derive(Clone, Copy, Debug)]
