@@ -75,6 +75,27 @@ impl Gateway {
         names
     }
 
+    /// The model a request names (`asked`), which must be one this gateway
+    /// serves (a misrouted client fails loudly); without one, the first
+    /// served name.
+    pub fn served_model(&self, asked: Option<String>) -> Result<String, ApiError> {
+        let names = self.served_names();
+        match asked {
+            None => Ok(names.into_iter().next().unwrap_or_default()),
+            Some(m) if names.contains(&m) => Ok(m),
+            // No replica has answered yet: the request fails with 503 later.
+            Some(m) if names.is_empty() => Ok(m),
+            Some(m) => Err(ApiError::ModelNotFound(format!(
+                "The model `{m}` does not exist here; this gateway serves {}",
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
+    }
+
     /// Ready for traffic: not draining and at least one healthy replica.
     pub fn is_ready(&self) -> bool {
         !self.admission.is_draining() && self.replicas.routable_count() > 0

@@ -1,6 +1,7 @@
 //! Ivy's configuration: every flag is also an environment variable.
 
 pub mod net;
+mod seconds;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -8,6 +9,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+
+use self::seconds::parse_seconds;
 
 /// Ivy: the HTTP and gRPC gateway in front of Tulip inference replicas.
 #[derive(Debug, Clone, Parser)]
@@ -243,16 +246,6 @@ impl FromStr for Secret {
         }
         Ok(Self(s.to_string()))
     }
-}
-
-pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("`{s}` must be a positive number of seconds"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 #[cfg(test)]

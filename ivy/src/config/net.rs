@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::parse_seconds;
+use super::seconds::parse_seconds;
 use crate::net::conn_io::Timeouts;
 
 #[derive(Debug, Clone, Args)]

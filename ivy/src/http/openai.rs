@@ -36,7 +36,7 @@ pub async fn embeddings(
     let result = async {
         let obj = read(&state, &headers, body, "input")?;
         let format = format(&obj)?;
-        let model = served_model(&state, &obj)?;
+        let model = state.served_model(fields::opt_string(&obj, "model")?)?;
         let job = Job {
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
@@ -84,26 +84,6 @@ fn read(
         json_body(headers, body, state.config.max_body_bytes)?,
         required,
     )
-}
-
-/// The model a request names, which must be one this gateway serves (a
-/// misrouted client fails loudly); without one, the first served name.
-pub fn served_model(state: &AppState, obj: &Object) -> Result<String, ApiError> {
-    let names = state.served_names();
-    match fields::opt_string(obj, "model")? {
-        None => Ok(names.into_iter().next().unwrap_or_default()),
-        Some(m) if names.contains(&m) => Ok(m),
-        // No replica has answered yet: the request fails with 503 later.
-        Some(m) if names.is_empty() => Ok(m),
-        Some(m) => Err(ApiError::ModelNotFound(format!(
-            "The model `{m}` does not exist here; this gateway serves {}",
-            names
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
 }
 
 /// `GET /v1/models`: the served names, in OpenAI's list shape.

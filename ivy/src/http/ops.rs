@@ -102,7 +102,12 @@ pub async fn info(State(state): State<AppState>) -> Response {
 
 /// Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let replicas = state.replicas.snapshot().as_ref().clone();
+    let replicas = state
+        .replicas
+        .snapshot()
+        .iter()
+        .map(|r| r.sample())
+        .collect();
     let body = state.metrics.render(replicas, state.admission.in_flight());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()
 }

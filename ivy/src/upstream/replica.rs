@@ -14,8 +14,10 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
+use super::coalesce::open::OpenCall;
 use super::frame_client::FrameClient;
 use crate::error::ApiError;
+use crate::metrics::ReplicaSample;
 
 /// Largest response Ivy accepts from a replica (a big multi-vector chunk).
 const MAX_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
@@ -95,8 +97,8 @@ pub struct Replica {
     /// flight on it give up and retry elsewhere instead of hanging.
     lost: watch::Sender<u64>,
     info: RwLock<Option<Arc<InfoResponse>>>,
-    /// Chunks waiting to share a call here (`coalesce.rs`).
-    pub(crate) pending: crate::upstream::coalesce::Pending,
+    /// Chunks waiting to share a call here (`coalesce/`).
+    pub(crate) open_call: OpenCall,
     /// For a `unix://` replica with frames allowed: `Embed` calls as Tulip
     /// frames, once its `Info` says it serves them (`use_frames`).
     frames: Option<FrameClient>,
@@ -139,7 +141,7 @@ impl Replica {
             batch_chunks: AtomicUsize::new(0),
             lost: watch::Sender::new(0),
             info: RwLock::new(None),
-            pending: Default::default(),
+            open_call: Default::default(),
             frames: url
                 .strip_prefix("unix://")
                 .filter(|_| unix_frames)
@@ -166,6 +168,20 @@ impl Replica {
             tokens: self.tokens_done.load(Ordering::Relaxed),
             chunks: self.chunks_done.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Its state now, for the metrics scrape.
+    pub fn sample(&self) -> ReplicaSample {
+        let stats = self.stats();
+        ReplicaSample {
+            url: self.url.clone(),
+            up: self.is_routable(),
+            mismatch: self.health() == Health::Mismatch,
+            inflight_tokens: self.inflight_tokens(),
+            tokens: stats.tokens,
+            chunks: stats.chunks,
+            failures: stats.failures,
         }
     }
 
