@@ -156,7 +156,7 @@ pub struct Config {
     #[arg(long, env = "IVY_DRAIN_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
     pub drain_timeout: Duration,
 
-    /// Connection timeouts and limits, TLS (see `net_config.rs`).
+    /// Connection timeouts and limits, TLS (see `config/net.rs`).
     #[command(flatten)]
     pub net: crate::config::net::NetConfig,
 
@@ -211,7 +211,7 @@ pub struct Config {
     pub log: String,
 }
 
-/// Load-balancing policies (see `balancer.rs`).
+/// Load-balancing policies (see `upstream/balancer.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Balance {
     /// Each chunk goes to the healthy replica with the fewest tokens in flight.

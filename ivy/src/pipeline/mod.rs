@@ -1,7 +1,11 @@
-//! The request pipeline every front shares (OpenAI, TEI, gRPC):
-//! admit → validate → template + tokenize → cut into chunks → send each chunk
-//! to a replica (retrying elsewhere on failure) → reassemble in input order.
+//! The request pipeline every front shares (OpenAI, Cohere, TEI, gRPC), a
+//! file per stage: admit and deadline (`guarded`) → validate (`validate.rs`)
+//! → template and tokenize (`prepare.rs` over `encode.rs`) → cut into chunks
+//! (`chunk.rs`) → send each chunk to a replica, retrying elsewhere on
+//! failure (`dispatch.rs`) → reassemble in input order (`output.rs`).
 //! Fronts only parse their request into a `Job` and render the `Output`.
+//! `predict.rs` (labels from scores) runs this pipeline; `tokens.rs`
+//! (`/tokenize`, `/decode`) needs no replica and only shares admission.
 
 mod chunk;
 mod dispatch;

@@ -132,7 +132,7 @@ fn tokens_of(
         .map(|(i, text)| {
             let enc = tokenizer
                 .encode(text, &opts)
-                .map_err(|e| ApiError::Internal(format!("input[{i}]: {e}")))?;
+                .map_err(|e| ApiError::Internal(format!("inputs[{i}]: {e}")))?;
             Ok((0..enc.ids.len())
                 .map(|k| {
                     let id = enc.ids[k];
@@ -160,4 +160,29 @@ fn tokens_of(
                 .collect())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WordPiece model whose unknown token is not in its vocabulary: any
+    /// character outside it fails to encode.
+    const NO_UNK: &str = r###"{
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": {"a": 0}}
+    }"###;
+
+    /// The error names the input as the route's field does (`inputs[1]`,
+    /// once `input[1]`).
+    #[test]
+    fn a_failed_input_is_named_by_the_routes_field() {
+        let tokenizer = Tokenizer::from_bytes(NO_UNK.as_bytes()).unwrap();
+        let inputs = ["a".to_string(), "z".to_string()];
+        let e = tokens_of(&tokenizer, &inputs, false).unwrap_err();
+        assert!(e.to_string().contains("inputs[1]: "), "{e}");
+    }
 }
