@@ -41,14 +41,10 @@ impl IvyService {
         F: FnOnce(AppState, Req, Instant) -> Fut,
         Fut: Future<Output = Result<Resp, ApiError>>,
     {
+        let (id, auth) = self.caller(&request);
         let meta = request.metadata();
-        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
         let deadline =
             client_deadline(meta).map_or(self.state.deadline(), |d| d.min(self.state.deadline()));
-        let auth = self
-            .state
-            .api_key
-            .check(meta.get("authorization").map(|v| v.as_bytes()));
         let span = tracing::info_span!("request", id = %id, rpc = endpoint, tokens = tracing::field::Empty);
         telemetry::continue_grpc(&span, meta);
         let state = self.state.clone();
@@ -74,18 +70,48 @@ impl IvyService {
                 Ok(r)
             }
             Err(e) => {
-                let code = e.grpc_code();
-                self.state
-                    .metrics
-                    .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
-                let mut message = e.to_string();
-                if e.is_server_side() {
-                    span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
-                    message.push_str(&format!(" (request id {id})"));
-                }
+                let (code, message) = failed(&self.state, endpoint, &e, &id, &span);
                 Err(Status::with_metadata(code, message, meta))
             }
         }
+    }
+
+    /// The call's request id (the caller's `x-request-id` or a new one) and
+    /// whether its API key is good.
+    fn caller<T>(&self, request: &Request<T>) -> (RequestId, Result<(), ApiError>) {
+        let meta = request.metadata();
+        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
+        let auth = self
+            .state
+            .api_key
+            .check(meta.get("authorization").map(|v| v.as_bytes()));
+        (id, auth)
+    }
+}
+
+/// Records a failed call's metric; returns its code and the message its
+/// caller sees (logged in `span` when the failure is on the server side).
+fn failed(
+    state: &AppState,
+    endpoint: &'static str,
+    e: &ApiError,
+    id: &RequestId,
+    span: &tracing::Span,
+) -> (tonic::Code, String) {
+    let code = e.grpc_code();
+    state
+        .metrics
+        .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
+    (code, span.in_scope(|| e.client_message(Some(id))))
+}
+
+fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
+    pb::EmbedResponse {
+        rows: out.sequences as u32,
+        dim: out.dim as u32,
+        data: out.data().clone(),
+        prompt_tokens: out.tokens,
+        timing: timing(out, started),
     }
 }
 
@@ -147,24 +173,10 @@ async fn stream_message(
             state
                 .metrics
                 .request("grpc", "embed_stream", "OK".into(), None);
-            Answer::Embedding(pb::EmbedResponse {
-                rows: out.sequences as u32,
-                dim: out.dim as u32,
-                data: out.data().clone(),
-                prompt_tokens: out.tokens,
-                timing: timing(&out, started),
-            })
+            Answer::Embedding(embed_response(&out, started))
         }
         Err(e) => {
-            let code = e.grpc_code();
-            state
-                .metrics
-                .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
-            let mut message = e.to_string();
-            if e.is_server_side() {
-                span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
-                message.push_str(&format!(" (request id {id})"));
-            }
+            let (code, message) = failed(&state, "embed_stream", &e, &id, &span);
             Answer::Error(pb::StreamError {
                 code: code as i32,
                 message,
@@ -192,19 +204,13 @@ impl Ivy for IvyService {
         &self,
         request: Request<Streaming<pb::EmbedRequest>>,
     ) -> Result<Response<Self::EmbedStreamStream>, Status> {
-        let meta = request.metadata();
-        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
-        if let Err(e) = self
-            .state
-            .api_key
-            .check(meta.get("authorization").map(|v| v.as_bytes()))
-        {
-            let code = e.grpc_code();
-            self.state
-                .metrics
-                .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
-            return Err(Status::new(code, e.to_string()));
+        let (id, auth) = self.caller(&request);
+        if let Err(e) = auth {
+            let (code, message) =
+                failed(&self.state, "embed_stream", &e, &id, &tracing::Span::none());
+            return Err(Status::new(code, message));
         }
+        let meta = request.metadata();
         // The caller's trace (W3C `traceparent`) holds the stream; each
         // message's span is a child of it.
         let stream = tracing::info_span!("stream", id = %id, rpc = "embed_stream");
@@ -241,13 +247,7 @@ impl Ivy for IvyService {
         self.call("embed", request, |state, r, deadline| async move {
             let started = Instant::now();
             let out = embed_job(&state, r, Kind::Dense, deadline).await?;
-            Ok(pb::EmbedResponse {
-                rows: out.sequences as u32,
-                dim: out.dim as u32,
-                data: out.data().clone(),
-                prompt_tokens: out.tokens,
-                timing: timing(&out, started),
-            })
+            Ok(embed_response(&out, started))
         })
         .await
     }
@@ -420,10 +420,8 @@ impl Ivy for IvyService {
                 architecture: m.architecture.clone(),
                 dimension: m.dimension,
                 max_input_length: m.max_input_length,
-                kinds: m
-                    .kinds
-                    .iter()
-                    .filter_map(|&k| Kind::of(k))
+                kinds: crate::model::kinds(&m)
+                    .into_iter()
                     .map(|k| k.name().to_string())
                     .collect(),
                 max_inputs: state.config.max_inputs as u32,

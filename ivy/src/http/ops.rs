@@ -46,7 +46,7 @@ pub async fn info(State(state): State<AppState>) -> Response {
     let result = match state.model.info() {
         None => Err(no_replica()),
         Some(m) => {
-            let kinds: Vec<Kind> = m.kinds.iter().filter_map(|&k| Kind::of(k)).collect();
+            let kinds = crate::model::kinds(&m);
             // TEI names a cross-encoder a reranker, with its labels.
             let model_type = if kinds == [Kind::Score] {
                 json!({ "reranker": { "id2label": { "0": "LABEL_0" }, "label2id": { "LABEL_0": 0 } } })

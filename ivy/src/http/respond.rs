@@ -84,13 +84,7 @@ pub fn finish(
 }
 
 fn error(api: Api, e: &ApiError) -> Response {
-    let mut message = e.to_string();
-    if e.is_server_side() {
-        tracing::warn!(kind = e.kind(), error = %e, "request failed");
-        if let Some(id) = RequestId::current() {
-            message.push_str(&format!(" (request id {id})"));
-        }
-    }
+    let message = e.client_message(RequestId::current());
     match api {
         Api::OpenAi => {
             let status = e.openai_status();

@@ -7,7 +7,7 @@ pub mod templates;
 use std::sync::{Arc, RwLock};
 
 use ivy_tokenizer::Tokenizer;
-use proto::tulip::v1::InfoResponse;
+use proto::tulip::v1::{InfoResponse, OutputKind};
 
 use self::templates::Templates;
 
@@ -97,6 +97,15 @@ impl ServedModel {
             }
         }
     }
+}
+
+/// The output kinds the model lists (unknown numbers, from a newer Tulip,
+/// left out).
+pub fn kinds(info: &InfoResponse) -> Vec<OutputKind> {
+    info.kinds
+        .iter()
+        .filter_map(|&k| OutputKind::of(k))
+        .collect()
 }
 
 /// The tokenizer a replica sent in its Info.

@@ -7,6 +7,7 @@
 //! `predict.rs` (labels from scores) runs this pipeline; `tokens.rs`
 //! (`/tokenize`, `/decode`) needs no replica and only shares admission.
 
+mod blocking;
 mod chunk;
 mod dispatch;
 mod encode;

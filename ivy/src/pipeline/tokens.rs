@@ -6,13 +6,11 @@ use std::time::Instant;
 
 use ivy_tokenizer::{EncodeOptions, Tokenizer};
 
-use super::guarded;
+use super::blocking::{off_reactor, INLINE_INPUTS};
+use super::{guarded, validate};
 use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::state::AppState;
-
-/// Inputs beyond this many are tokenized on a blocking thread.
-const INLINE_INPUTS: usize = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
@@ -40,16 +38,12 @@ pub async fn run(
         if job.inputs.is_empty() {
             return Err(ApiError::Empty("the request has no inputs".into()));
         }
-        if job.inputs.len() > state.config.max_inputs {
-            return Err(ApiError::validation(
-                "inputs",
-                format!(
-                    "{} inputs exceed the limit of {} per request; split the request",
-                    job.inputs.len(),
-                    state.config.max_inputs
-                ),
-            ));
-        }
+        validate::count(
+            job.inputs.len(),
+            state.config.max_inputs,
+            "inputs",
+            "inputs",
+        )?;
         let started = Instant::now();
         let templates = state.templates();
         let inputs = templates.apply(job.prompt_name.as_deref(), job.inputs)?;
@@ -58,9 +52,7 @@ pub async fn run(
         let out = if inputs.len() <= INLINE_INPUTS {
             tokens_of(&tokenizer, &inputs, add)
         } else {
-            tokio::task::spawn_blocking(move || tokens_of(&tokenizer, &inputs, add))
-                .await
-                .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+            off_reactor("tokenization", move || tokens_of(&tokenizer, &inputs, add)).await
         };
         state.metrics.stage(Stage::Tokenize, started.elapsed());
         out
@@ -81,16 +73,7 @@ pub async fn decode(
     deadline: Instant,
 ) -> Result<Vec<String>, ApiError> {
     guarded(state, deadline, async {
-        if job.ids.len() > state.config.max_inputs {
-            return Err(ApiError::validation(
-                "ids",
-                format!(
-                    "{} sequences exceed the limit of {} per request; split the request",
-                    job.ids.len(),
-                    state.config.max_inputs
-                ),
-            ));
-        }
+        validate::count(job.ids.len(), state.config.max_inputs, "ids", "sequences")?;
         let tokenizer = state.tokenizer()?;
         let skip = job.skip_special_tokens;
         let inline = job.ids.len() <= INLINE_INPUTS;
@@ -108,9 +91,7 @@ pub async fn decode(
         if inline {
             run()
         } else {
-            tokio::task::spawn_blocking(run)
-                .await
-                .map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))?
+            off_reactor("decoding", run).await
         }
     })
     .await

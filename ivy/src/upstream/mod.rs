@@ -13,7 +13,12 @@ pub mod replica;
 pub mod set;
 pub mod spin;
 
+use std::time::Duration;
+
 use crate::error::ApiError;
+
+/// How long connecting to a replica may take (gRPC channel or frames socket).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn no_replica() -> ApiError {
     ApiError::Unavailable("no healthy Tulip replica is available; retry shortly".into())

@@ -16,12 +16,12 @@ use tonic_health::pb::HealthCheckRequest;
 
 use super::coalesce::open::OpenCall;
 use super::frame_client::FrameClient;
+use super::CONNECT_TIMEOUT;
 use crate::error::ApiError;
 use crate::metrics::ReplicaSample;
 
 /// Largest response Ivy accepts from a replica (a big multi-vector chunk).
 const MAX_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// HTTP/2 pings on idle connections notice a vanished peer (no RST, e.g. a
 /// node that went away) without waiting for the OS.
 const KEEPALIVE: Duration = Duration::from_secs(10);

@@ -16,7 +16,7 @@ mod tokens;
 
 pub use self::predict::predict;
 pub use self::tokens::{decode, tokenize};
-use super::body::{json_body, Body};
+use super::body::{json_object, Body};
 use super::fields::{self, Object, Rows};
 use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
@@ -85,7 +85,7 @@ async fn embedding(
 ) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         if kind == Kind::Dense {
@@ -111,7 +111,7 @@ async fn embedding(
 pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         let inputs = match obj.get("inputs") {
             Some(serde_json::Value::Object(o)) => o,
             _ => {
@@ -147,7 +147,7 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
 pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         if obj.contains_key("documents") {
             // The Cohere/Jina body, as /v1/rerank takes it.
             return super::cohere::rerank(&state, obj, started).await;
@@ -177,13 +177,6 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
     }
     .await;
     finish(&state, Api::Tei, "rerank", result)
-}
-
-fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Object, ApiError> {
-    fields::object(
-        json_body(headers, body, state.config.max_body_bytes)?,
-        "inputs",
-    )
 }
 
 fn common_options(state: &AppState, obj: &Object) -> Result<Options, ApiError> {

@@ -6,9 +6,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
 
-use super::read;
 use crate::error::ApiError;
-use crate::http::body::{json_body, Body};
+use crate::http::body::{json_object, Body};
 use crate::http::fields;
 use crate::http::respond::{finish, json, to_json, Api};
 use crate::pipeline::tokens::{self, DecodeJob, Token, TokenizeJob};
@@ -17,7 +16,7 @@ use crate::state::AppState;
 
 pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         let job = TokenizeJob {
             inputs: fields::strings(&obj, "inputs")?,
             add_special_tokens: fields::opt_bool(&obj, "add_special_tokens")?.unwrap_or(true),
@@ -39,10 +38,7 @@ pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: B
 /// reads it); ids outside the vocabulary are dropped, as `tokenizers` does.
 pub async fn decode(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
-        let obj = fields::object(
-            json_body(&headers, body, state.config.max_body_bytes)?,
-            "ids",
-        )?;
+        let obj = json_object(&state, &headers, body, "ids")?;
         let ids = match obj.get("ids") {
             Some(serde_json::Value::Array(a)) if a.is_empty() => vec![vec![]],
             _ => match fields::inputs(&obj, "ids")? {
