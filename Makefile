@@ -42,6 +42,11 @@ test-rust:
 test-python:
 	$(PY) -m pytest -q tests
 
+## lint: checks that read the code: no import cycle between Ivy's modules
+## (ivy/tests/module_cycles.rs; also part of test-rust)
+lint:
+	$(CARGO) test --release -p ivy --test module_cycles
+
 ## bench: the CPU benchmark suite with its in-run baselines (bench/README.md);
 ## writes bench/results/<date>-<machine>/. Infinity is optional: without it
 ## its rows say why.

@@ -205,6 +205,20 @@ impl ApiError {
             Self::Unavailable(_) | Self::Timeout(_) | Self::Upstream(_) | Self::Internal(_)
         )
     }
+
+    /// The message the caller sees. A server-side failure is also logged
+    /// (in the current span) and its message carries the request id, so
+    /// that the caller can point at the log line.
+    pub fn client_message(&self, request_id: Option<impl std::fmt::Display>) -> String {
+        let mut message = self.to_string();
+        if self.is_server_side() {
+            tracing::warn!(kind = self.kind(), error = %self, "request failed");
+            if let Some(id) = request_id {
+                message.push_str(&format!(" (request id {id})"));
+            }
+        }
+        message
+    }
 }
 
 #[cfg(test)]

@@ -3,34 +3,18 @@
 //! tokenizes, cuts requests into chunks on a token budget and sends each to
 //! the least-loaded healthy replica, retrying elsewhere when one fails.
 
-mod auth;
-mod balancer;
-mod batch_slots;
-mod body_deadline;
-mod coalesce;
 mod config;
-mod conn_io;
-mod discovery;
 mod error;
-mod frame_client;
 mod grpc;
-mod grpc_health;
-mod health;
 mod http;
-mod http_server;
-mod limits;
-mod listener;
 mod metrics;
-mod net_config;
+mod model;
+mod net;
 mod pipeline;
-mod replicas;
-mod request_id;
+mod request;
 mod server;
-mod spin;
 mod state;
-mod templates;
-mod tls;
-mod tokenize;
+mod upstream;
 
 use std::time::Duration;
 
@@ -77,7 +61,7 @@ fn main() -> std::process::ExitCode {
             .map(|endpoint| telemetry::Otlp {
                 endpoint,
                 service_name: config.otlp_service_name.clone(),
-                untraced_paths: &auth::PUBLIC_PATHS,
+                untraced_paths: &request::auth::PUBLIC_PATHS,
             }),
     };
     // Held to the end: dropping it flushes the spans not yet exported.

@@ -3,7 +3,6 @@
 //! to now (replicas that went away disappear from the next scrape).
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -13,8 +12,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-
-use crate::replicas::Replica;
 
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
@@ -207,7 +204,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition, with the replicas' state as of now.
-    pub fn render(&self, replicas: Vec<Arc<Replica>>, in_flight: usize) -> String {
+    pub fn render(&self, replicas: Vec<ReplicaSample>, in_flight: usize) -> String {
         self.in_flight.set(in_flight as i64);
         let mut out = String::with_capacity(8192);
         let mut per_replica = Registry::default();
@@ -222,12 +219,27 @@ impl Metrics {
     }
 }
 
+/// One replica's state at scrape time: plain values, so that metrics need
+/// not know what a replica is (`Replica::sample` takes them).
+#[derive(Debug, Clone)]
+pub struct ReplicaSample {
+    pub url: String,
+    /// Takes new work (healthy).
+    pub up: bool,
+    /// Refused: serves another model or tokenizer than the others.
+    pub mismatch: bool,
+    pub inflight_tokens: u64,
+    pub tokens: u64,
+    pub chunks: u64,
+    pub failures: u64,
+}
+
 /// A per-replica series: name, help, and how to read it.
-type Series<T> = (&'static str, &'static str, fn(&Replica) -> T);
+type Series<T> = (&'static str, &'static str, fn(&ReplicaSample) -> T);
 
 /// Per-replica series, read from the replicas at scrape time.
 #[derive(Debug)]
-struct ReplicaCollector(Vec<Arc<Replica>>);
+struct ReplicaCollector(Vec<ReplicaSample>);
 
 impl Collector for ReplicaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -235,17 +247,17 @@ impl Collector for ReplicaCollector {
             (
                 "ivy_replica_up",
                 "1 if the replica takes new work (healthy), 0 if not",
-                |r| r.is_routable() as i64,
+                |r| r.up as i64,
             ),
             (
                 "ivy_replica_mismatch",
                 "1 if the replica is refused: it serves another model or tokenizer than the others",
-                |r| (r.health() == crate::replicas::Health::Mismatch) as i64,
+                |r| r.mismatch as i64,
             ),
             (
                 "ivy_replica_inflight_tokens",
                 "Tokens this Ivy has in flight on the replica",
-                |r| r.inflight_tokens() as i64,
+                |r| r.inflight_tokens as i64,
             ),
         ];
         for (name, help, value) in gauges {
@@ -260,17 +272,17 @@ impl Collector for ReplicaCollector {
             (
                 "ivy_replica_tokens",
                 "Tokens completed on the replica",
-                |r| r.stats().tokens,
+                |r| r.tokens,
             ),
             (
                 "ivy_replica_chunks",
                 "Chunks completed on the replica",
-                |r| r.stats().chunks,
+                |r| r.chunks,
             ),
             (
                 "ivy_replica_failures",
                 "Chunk attempts that failed on the replica",
-                |r| r.stats().failures,
+                |r| r.failures,
             ),
         ];
         for (name, help, value) in counters {
@@ -292,6 +304,7 @@ impl Collector for ReplicaCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::replica::Replica;
 
     #[tokio::test]
     async fn renders_request_and_replica_series() {
@@ -299,8 +312,8 @@ mod tests {
         m.request("openai", "embeddings", "200".into(), None);
         m.request("tei", "embed", "413".into(), Some("validation"));
         m.stage(Stage::Total, Duration::from_millis(3));
-        let r = Arc::new(Replica::new("http://127.0.0.1:9", false).unwrap());
-        let text = m.render(vec![r], 0);
+        let r = Replica::new("http://127.0.0.1:9", false).unwrap();
+        let text = m.render(vec![r.sample()], 0);
         assert!(text.contains(r#"ivy_requests_total{api="tei",endpoint="embed",status="413",error="validation"} 1"#), "{text}");
         assert!(
             text.contains(r#"ivy_replica_up{replica="http://127.0.0.1:9"} 0"#),

@@ -6,17 +6,32 @@ use axum::http::{header, HeaderMap, StatusCode};
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::fields::{self, Object};
 use crate::error::ApiError;
+use crate::state::Gateway;
 
-pub fn json_body(
+/// A request body as bytes, or why it could not be read (too large: 413).
+pub type Body = Result<Bytes, BytesRejection>;
+
+/// The request's JSON object, read as every JSON route reads it
+/// (`required` names the field a non-object lacks).
+pub fn json_object(
+    state: &Gateway,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    limit: usize,
-) -> Result<Value, ApiError> {
+    body: Body,
+    required: &'static str,
+) -> Result<Object, ApiError> {
+    fields::object(
+        json_body(headers, body, state.config.max_body_bytes)?,
+        required,
+    )
+}
+
+pub fn json_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Value, ApiError> {
     let _span = tracing::debug_span!("parse").entered();
     check_content_type(headers)?;
     let body = body.map_err(|e| {
-        if let Some(timeout) = crate::body_deadline::find(&e) {
+        if let Some(timeout) = crate::net::body_deadline::find(&e) {
             ApiError::ClientTimeout(timeout.to_string())
         } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit }

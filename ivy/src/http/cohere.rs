@@ -13,7 +13,7 @@ use super::fields::{self, Object};
 use super::respond::{json_timed, to_json};
 use crate::error::ApiError;
 use crate::pipeline::{self, Inputs, Job, Kind, Options};
-use crate::request_id::RequestId;
+use crate::request::id::RequestId;
 use crate::state::AppState;
 
 #[derive(Serialize)]
@@ -48,7 +48,7 @@ pub async fn rerank(
     obj: Object,
     started: Instant,
 ) -> Result<axum::response::Response, ApiError> {
-    let model = super::openai::served_model(state, &obj)?;
+    let model = state.served_model(fields::opt_string(&obj, "model")?)?;
     let query = fields::string(&obj, "query")?;
     let documents = documents(&obj)?;
     let top_n = top_n(&obj)?.unwrap_or(documents.len());

@@ -7,7 +7,6 @@ mod fields;
 mod openai;
 mod openapi;
 mod ops;
-mod predict;
 mod respond;
 mod tei;
 
@@ -23,27 +22,42 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::Instrument;
 
 use self::respond::{endpoint_label, Api};
-use crate::auth::PUBLIC_PATHS;
-use crate::request_id::{RequestId, HEADER};
+use crate::request::auth::PUBLIC_PATHS;
+use crate::request::id::{RequestId, HEADER};
 use crate::state::AppState;
+
+/// Declares the routes behind the API key once: `guarded()` serves them and
+/// `GUARDED` lists their paths, from which `endpoint_label` names them.
+macro_rules! guarded_routes {
+    ($($path:literal => $handler:expr,)*) => {
+        /// The paths of the routes behind the API key.
+        const GUARDED: &[&str] = &[$($path),*];
+
+        fn guarded() -> Router<AppState> {
+            Router::new()$(.route($path, $handler))*
+        }
+    };
+}
+
+guarded_routes! {
+    "/v1/embeddings" => post(openai::embeddings),
+    "/v1/models" => get(openai::models),
+    "/v1/rerank" => post(openai::rerank),
+    "/embed" => post(tei::embed),
+    "/embed_sparse" => post(tei::embed_sparse),
+    "/embed_all" => post(tei::embed_all),
+    "/rerank" => post(tei::rerank),
+    "/predict" => post(tei::predict),
+    "/similarity" => post(tei::similarity),
+    "/tokenize" => post(tei::tokenize),
+    "/decode" => post(tei::decode),
+    "/info" => get(ops::info),
+    "/openapi.json" => get(ops::openapi),
+}
 
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
-    let guarded = Router::new()
-        .route("/v1/embeddings", post(openai::embeddings))
-        .route("/v1/models", get(openai::models))
-        .route("/v1/rerank", post(openai::rerank))
-        .route("/embed", post(tei::embed))
-        .route("/embed_sparse", post(tei::embed_sparse))
-        .route("/embed_all", post(tei::embed_all))
-        .route("/rerank", post(tei::rerank))
-        .route("/predict", post(predict::predict))
-        .route("/similarity", post(tei::similarity))
-        .route("/tokenize", post(tei::tokenize))
-        .route("/decode", post(tei::decode))
-        .route("/info", get(ops::info))
-        .route("/openapi.json", get(ops::openapi))
-        .route_layer(from_fn_with_state(state.clone(), require_key));
+    let guarded = guarded().route_layer(from_fn_with_state(state.clone(), require_key));
     let public = Router::new()
         .route(PUBLIC_PATHS[0], get(ops::health))
         .route(PUBLIC_PATHS[1], get(ops::ready))

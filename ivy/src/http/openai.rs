@@ -5,16 +5,14 @@
 
 use std::time::Instant;
 
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use base64::Engine as _;
-use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::body::json_body;
+use super::body::{json_object, Body};
 use super::fields::{self, F32s, Object};
 use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
@@ -27,16 +25,12 @@ enum Format {
     Base64,
 }
 
-pub async fn embeddings(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body, "input")?;
+        let obj = json_object(&state, &headers, body, "input")?;
         let format = format(&obj)?;
-        let model = served_model(&state, &obj)?;
+        let model = state.served_model(fields::opt_string(&obj, "model")?)?;
         let job = Job {
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
@@ -59,58 +53,21 @@ pub async fn embeddings(
 
 /// `POST /v1/rerank`: the Cohere/Jina shape (see `cohere.rs`), with
 /// OpenAI-shaped errors like every `/v1` route.
-pub async fn rerank(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body, "query")?;
+        let obj = json_object(&state, &headers, body, "query")?;
         super::cohere::rerank(&state, obj, started).await
     }
     .await;
     finish(&state, Api::OpenAi, "rerank", result)
 }
 
-/// The request's JSON object (`required` names the field a non-object lacks).
-fn read(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    required: &'static str,
-) -> Result<Object, ApiError> {
-    fields::object(
-        json_body(headers, body, state.config.max_body_bytes)?,
-        required,
-    )
-}
-
-/// The model a request names, which must be one this gateway serves (a
-/// misrouted client fails loudly); without one, the first served name.
-pub fn served_model(state: &AppState, obj: &Object) -> Result<String, ApiError> {
-    let names = state.served_names();
-    match fields::opt_string(obj, "model")? {
-        None => Ok(names.into_iter().next().unwrap_or_default()),
-        Some(m) if names.contains(&m) => Ok(m),
-        // No replica has answered yet: the request fails with 503 later.
-        Some(m) if names.is_empty() => Ok(m),
-        Some(m) => Err(ApiError::ModelNotFound(format!(
-            "The model `{m}` does not exist here; this gateway serves {}",
-            names
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
-}
-
 /// `GET /v1/models`: the served names, in OpenAI's list shape.
 pub async fn models(State(state): State<AppState>) -> Response {
     let names = state.served_names();
     let result = if names.is_empty() {
-        Err(crate::replicas::no_replica())
+        Err(crate::upstream::no_replica())
     } else {
         let data: Vec<Value> = names
             .iter()
@@ -138,7 +95,7 @@ fn format(obj: &Object) -> Result<Format, ApiError> {
 }
 
 #[derive(Serialize)]
-struct Body<'a> {
+struct EmbeddingList<'a> {
     object: &'static str,
     data: Vec<Item<'a>>,
     model: &'a str,
@@ -178,7 +135,7 @@ fn render(out: &Output, format: Format, model: &str) -> Result<Vec<u8>, ApiError
             },
         })
         .collect();
-    to_json(&Body {
+    to_json(&EmbeddingList {
         object: "list",
         data,
         model,

@@ -11,8 +11,8 @@ use super::openapi;
 use super::respond::{finish, Api};
 use crate::error::ApiError;
 use crate::pipeline::Kind;
-use crate::replicas::no_replica;
 use crate::state::AppState;
+use crate::upstream::no_replica;
 
 /// Liveness: the process answers. Never looks at replicas, so a Tulip
 /// outage does not get Ivy restarted.
@@ -43,10 +43,10 @@ pub async fn ready(State(state): State<AppState>) -> Response {
 /// shape (every field it sends), plus `kinds`, `dimension`, `vocab_size`,
 /// `device`, `max_tokens_per_request` and the prompt templates.
 pub async fn info(State(state): State<AppState>) -> Response {
-    let result = match state.replicas.model() {
+    let result = match state.model.info() {
         None => Err(no_replica()),
         Some(m) => {
-            let kinds: Vec<Kind> = m.kinds.iter().filter_map(|&k| Kind::of(k)).collect();
+            let kinds = crate::model::kinds(&m);
             // TEI names a cross-encoder a reranker, with its labels.
             let model_type = if kinds == [Kind::Score] {
                 json!({ "reranker": { "id2label": { "0": "LABEL_0" }, "label2id": { "LABEL_0": 0 } } })
@@ -102,7 +102,12 @@ pub async fn info(State(state): State<AppState>) -> Response {
 
 /// Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let replicas = state.replicas.snapshot().as_ref().clone();
+    let replicas = state
+        .replicas
+        .snapshot()
+        .iter()
+        .map(|r| r.sample())
+        .collect();
     let body = state.metrics.render(replicas, state.admission.in_flight());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()
 }

@@ -1,6 +1,7 @@
-//! Rendering results: errors in each HTTP API family's shape (the status
-//! mapping itself lives in `error.rs`), JSON bodies with TEI's timing
-//! headers, and the request metrics every route records.
+//! How every HTTP route answers: `finish` records the request's metric
+//! (API family, endpoint label, status, error kind) and renders an error in
+//! the family's shape (OpenAI's or TEI's; the status mapping itself lives in
+//! `error.rs`); JSON bodies, with TEI's timing headers when timed.
 
 use std::time::Instant;
 
@@ -11,7 +12,8 @@ use serde_json::json;
 
 use crate::error::ApiError;
 use crate::pipeline::Output;
-use crate::request_id::RequestId;
+use crate::request::auth::PUBLIC_PATHS;
+use crate::request::id::RequestId;
 use crate::state::Gateway;
 
 /// The HTTP API families.
@@ -40,29 +42,14 @@ impl Api {
     }
 }
 
-/// A bounded metric label for a matched route.
+/// A bounded metric label for a matched route: the last part of a path
+/// the router serves (`http/mod.rs`), else `other`.
 pub fn endpoint_label(path: &str) -> &'static str {
-    const KNOWN: [&str; 14] = [
-        "embeddings",
-        "similarity",
-        "models",
-        "embed",
-        "embed_sparse",
-        "embed_all",
-        "rerank",
-        "predict",
-        "tokenize",
-        "info",
-        "openapi.json",
-        "health",
-        "ready",
-        "metrics",
-    ];
-    let name = path.rsplit('/').next().unwrap_or("");
-    KNOWN
+    super::GUARDED
         .iter()
-        .find(|k| **k == name)
-        .copied()
+        .chain(&PUBLIC_PATHS)
+        .find(|known| **known == path)
+        .and_then(|known| known.rsplit('/').next())
         .unwrap_or("other")
 }
 
@@ -97,13 +84,7 @@ pub fn finish(
 }
 
 fn error(api: Api, e: &ApiError) -> Response {
-    let mut message = e.to_string();
-    if e.is_server_side() {
-        tracing::warn!(kind = e.kind(), error = %e, "request failed");
-        if let Some(id) = RequestId::current() {
-            message.push_str(&format!(" (request id {id})"));
-        }
-    }
+    let message = e.client_message(RequestId::current());
     match api {
         Api::OpenAi => {
             let status = e.openai_status();
@@ -174,5 +155,18 @@ mod tests {
         assert_eq!(endpoint_label("/v1/embeddings"), "embeddings");
         assert_eq!(endpoint_label("/embed_sparse"), "embed_sparse");
         assert_eq!(endpoint_label("/nope"), "other");
+    }
+
+    /// Every route has its own label: a 401 on `/decode` was once counted
+    /// as `other` (the labels were a copy of the route table that missed it).
+    #[test]
+    fn every_route_has_its_own_label() {
+        assert_eq!(endpoint_label("/decode"), "decode");
+        let labels: Vec<&str> = super::super::GUARDED
+            .iter()
+            .chain(&PUBLIC_PATHS)
+            .map(|p| endpoint_label(p))
+            .collect();
+        assert!(!labels.contains(&"other"), "{labels:?}");
     }
 }

@@ -12,12 +12,13 @@ use proto::tulip::v1::{EmbedRequest, EmbedResponse};
 use tracing::Instrument;
 
 use super::chunk::Chunk;
+use super::encode::Tokenized;
 use super::Priority;
-use crate::coalesce;
 use crate::error::ApiError;
-use crate::replicas::{no_replica, AttemptError, Replica};
 use crate::state::AppState;
-use crate::tokenize::Tokenized;
+use crate::upstream::coalesce;
+use crate::upstream::no_replica;
+use crate::upstream::replica::{AttemptError, Replica};
 
 pub async fn send_all(
     state: &AppState,

@@ -1,10 +1,16 @@
-//! The request pipeline every front shares (OpenAI, TEI, gRPC):
-//! admit → validate → template + tokenize → cut into chunks → send each chunk
-//! to a replica (retrying elsewhere on failure) → reassemble in input order.
+//! The request pipeline every front shares (OpenAI, Cohere, TEI, gRPC), a
+//! file per stage: admit and deadline (`guarded`) → validate (`validate.rs`)
+//! → template and tokenize (`prepare.rs` over `encode.rs`) → cut into chunks
+//! (`chunk.rs`) → send each chunk to a replica, retrying elsewhere on
+//! failure (`dispatch.rs`) → reassemble in input order (`output.rs`).
 //! Fronts only parse their request into a `Job` and render the `Output`.
+//! `predict.rs` (labels from scores) runs this pipeline; `tokens.rs`
+//! (`/tokenize`, `/decode`) needs no replica and only shares admission.
 
+mod blocking;
 mod chunk;
 mod dispatch;
+mod encode;
 mod output;
 pub mod predict;
 mod prepare;
@@ -22,9 +28,9 @@ use tracing::{Instrument, Span};
 pub use self::output::{floats, Output};
 use crate::error::ApiError;
 use crate::metrics::Stage;
-use crate::replicas::no_replica;
-use crate::request_id::RequestId;
+use crate::request::id::RequestId;
 use crate::state::AppState;
+use crate::upstream::no_replica;
 
 /// What the model should produce: the wire's output kinds, one enum for
 /// Ivy and Tulip (`proto`), read with `Kind::of` and named by `Kind::name`.
@@ -145,7 +151,7 @@ pub async fn guarded<T>(
 }
 
 async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
-    let model = state.replicas.model().ok_or_else(no_replica)?;
+    let model = state.model.info().ok_or_else(no_replica)?;
     validate::job(&job, &model, &state.config)?;
 
     let started = Instant::now();

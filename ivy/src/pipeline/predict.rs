@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use super::{Inputs, Job, Kind, Options, Output};
 use crate::error::ApiError;
-use crate::replicas::no_replica;
 use crate::state::AppState;
+use crate::upstream::no_replica;
 
 /// Runs `inputs` through the classifier; each input's predictions, best
 /// first.
@@ -18,7 +18,7 @@ pub async fn run(
     options: Options,
     deadline: Instant,
 ) -> Result<(Output, Vec<Vec<Prediction>>), ApiError> {
-    let model = state.replicas.model().ok_or_else(no_replica)?;
+    let model = state.model.info().ok_or_else(no_replica)?;
     let classifier = model.kinds.contains(&(Kind::Classify as i32));
     let raw_scores = options.raw_scores;
     let job = Job {

@@ -5,14 +5,12 @@
 use ivy_tokenizer::{Direction, EncodeOptions, Tokenizer};
 use proto::tulip::v1::InfoResponse;
 
+use super::blocking::{off_reactor, INLINE_INPUTS};
+use super::encode::{tokenize as tokenize_texts, Tokenized, Truncation};
 use super::{Inputs, Options};
 use crate::error::ApiError;
+use crate::model::templates::Templates;
 use crate::state::AppState;
-use crate::templates::Templates;
-use crate::tokenize::{tokenize as tokenize_texts, Tokenized, Truncation};
-
-/// Pairs beyond this many are encoded on a blocking thread, off the reactor.
-const INLINE_PAIRS: usize = 8;
 
 pub async fn tokenize(
     state: &AppState,
@@ -57,25 +55,23 @@ pub async fn tokenize(
         Inputs::Pairs { query, texts } if !model.pair_template.is_empty() => {
             let tokenizer = state.tokenizer()?;
             let template = model.pair_template.clone();
-            tokio::task::spawn_blocking(move || {
+            off_reactor("tokenization", move || {
                 encode_templated(&tokenizer, &template, &query, &texts, truncation, |i| {
                     format!("the query with {field}[{i}] in the model's prompt")
                 })
             })
             .await
-            .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
         }
         Inputs::Pairs { query, texts } => {
             let tokenizer = state.tokenizer()?;
             let name = move |i: usize| format!("the query with {field}[{i}]");
-            if texts.len() <= INLINE_PAIRS {
+            if texts.len() <= INLINE_INPUTS {
                 return encode_pairs(&tokenizer, &query, &texts, truncation, name);
             }
-            tokio::task::spawn_blocking(move || {
+            off_reactor("tokenization", move || {
                 encode_pairs(&tokenizer, &query, &texts, truncation, name)
             })
             .await
-            .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
         }
     }
 }
@@ -147,11 +143,7 @@ fn encode_pairs(
     truncation: Truncation,
     name: impl Fn(usize) -> String,
 ) -> Result<Tokenized, ApiError> {
-    let opts = EncodeOptions {
-        add_special_tokens: true,
-        max_length: Some(truncation.max_length),
-        direction: truncation.direction,
-    };
+    let opts = truncation.options();
     let mut out = Tokenized::default();
     for (i, text) in texts.iter().enumerate() {
         let enc = tokenizer

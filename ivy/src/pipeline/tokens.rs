@@ -6,13 +6,11 @@ use std::time::Instant;
 
 use ivy_tokenizer::{EncodeOptions, Tokenizer};
 
-use super::guarded;
+use super::blocking::{off_reactor, INLINE_INPUTS};
+use super::{guarded, validate};
 use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::state::AppState;
-
-/// Inputs beyond this many are tokenized on a blocking thread.
-const INLINE_INPUTS: usize = 8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
@@ -40,16 +38,12 @@ pub async fn run(
         if job.inputs.is_empty() {
             return Err(ApiError::Empty("the request has no inputs".into()));
         }
-        if job.inputs.len() > state.config.max_inputs {
-            return Err(ApiError::validation(
-                "inputs",
-                format!(
-                    "{} inputs exceed the limit of {} per request; split the request",
-                    job.inputs.len(),
-                    state.config.max_inputs
-                ),
-            ));
-        }
+        validate::count(
+            job.inputs.len(),
+            state.config.max_inputs,
+            "inputs",
+            "inputs",
+        )?;
         let started = Instant::now();
         let templates = state.templates();
         let inputs = templates.apply(job.prompt_name.as_deref(), job.inputs)?;
@@ -58,9 +52,7 @@ pub async fn run(
         let out = if inputs.len() <= INLINE_INPUTS {
             tokens_of(&tokenizer, &inputs, add)
         } else {
-            tokio::task::spawn_blocking(move || tokens_of(&tokenizer, &inputs, add))
-                .await
-                .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+            off_reactor("tokenization", move || tokens_of(&tokenizer, &inputs, add)).await
         };
         state.metrics.stage(Stage::Tokenize, started.elapsed());
         out
@@ -81,16 +73,7 @@ pub async fn decode(
     deadline: Instant,
 ) -> Result<Vec<String>, ApiError> {
     guarded(state, deadline, async {
-        if job.ids.len() > state.config.max_inputs {
-            return Err(ApiError::validation(
-                "ids",
-                format!(
-                    "{} sequences exceed the limit of {} per request; split the request",
-                    job.ids.len(),
-                    state.config.max_inputs
-                ),
-            ));
-        }
+        validate::count(job.ids.len(), state.config.max_inputs, "ids", "sequences")?;
         let tokenizer = state.tokenizer()?;
         let skip = job.skip_special_tokens;
         let inline = job.ids.len() <= INLINE_INPUTS;
@@ -108,9 +91,7 @@ pub async fn decode(
         if inline {
             run()
         } else {
-            tokio::task::spawn_blocking(run)
-                .await
-                .map_err(|e| ApiError::Internal(format!("decoding task failed: {e}")))?
+            off_reactor("decoding", run).await
         }
     })
     .await
@@ -132,7 +113,7 @@ fn tokens_of(
         .map(|(i, text)| {
             let enc = tokenizer
                 .encode(text, &opts)
-                .map_err(|e| ApiError::Internal(format!("input[{i}]: {e}")))?;
+                .map_err(|e| ApiError::Internal(format!("inputs[{i}]: {e}")))?;
             Ok((0..enc.ids.len())
                 .map(|k| {
                     let id = enc.ids[k];
@@ -160,4 +141,29 @@ fn tokens_of(
                 .collect())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A WordPiece model whose unknown token is not in its vocabulary: any
+    /// character outside it fails to encode.
+    const NO_UNK: &str = r###"{
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": {"a": 0}}
+    }"###;
+
+    /// The error names the input as the route's field does (`inputs[1]`,
+    /// once `input[1]`).
+    #[test]
+    fn a_failed_input_is_named_by_the_routes_field() {
+        let tokenizer = Tokenizer::from_bytes(NO_UNK.as_bytes()).unwrap();
+        let inputs = ["a".to_string(), "z".to_string()];
+        let e = tokens_of(&tokenizer, &inputs, false).unwrap_err();
+        assert!(e.to_string().contains("inputs[1]: "), "{e}");
+    }
 }

@@ -12,15 +12,7 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
     if n == 0 {
         return Err(ApiError::Empty("the request has no inputs".into()));
     }
-    if n > config.max_inputs {
-        return Err(ApiError::validation(
-            job.field,
-            format!(
-                "{n} inputs exceed the limit of {} per request; split the request",
-                config.max_inputs
-            ),
-        ));
-    }
+    count(n, config.max_inputs, job.field, "inputs")?;
     supported(job.kind, model)?;
     if let Some(d) = job.options.dimensions {
         if job.kind != Kind::Dense {
@@ -78,8 +70,20 @@ pub fn tokens(total: usize, limit: usize, field: &'static str) -> Result<(), Api
     Ok(())
 }
 
+/// `n` inputs (named `noun`: inputs, sequences) against the limit per
+/// request, `--max-inputs`.
+pub fn count(n: usize, max: usize, field: &'static str, noun: &str) -> Result<(), ApiError> {
+    if n > max {
+        return Err(ApiError::validation(
+            field,
+            format!("{n} {noun} exceed the limit of {max} per request; split the request"),
+        ));
+    }
+    Ok(())
+}
+
 fn supported(kind: Kind, model: &InfoResponse) -> Result<(), ApiError> {
-    let kinds: Vec<Kind> = model.kinds.iter().filter_map(|&k| Kind::of(k)).collect();
+    let kinds = crate::model::kinds(model);
     // A replica that lists nothing produces dense vectors only.
     let produces = if kind == Kind::TokenStates {
         // Not listed in `kinds`: every embedding model has them.

@@ -1,5 +1,6 @@
-//! Tulip replicas: one gRPC channel each, their health, their load (tokens in
-//! flight from this Ivy) and the set Ivy routes to now.
+//! A Tulip replica: one gRPC channel, its health, its load (tokens in
+//! flight from this Ivy) and its counters. The set Ivy routes to is in
+//! `set.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -7,19 +8,20 @@ use std::time::Duration;
 
 use proto::tulip::v1::tulip_client::TulipClient;
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse, DRAINING_METADATA};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
+use super::coalesce::open::OpenCall;
+use super::frame_client::FrameClient;
+use super::CONNECT_TIMEOUT;
 use crate::error::ApiError;
-use crate::frame_client::FrameClient;
-use ivy_tokenizer::Tokenizer;
+use crate::metrics::ReplicaSample;
 
 /// Largest response Ivy accepts from a replica (a big multi-vector chunk).
 const MAX_RESPONSE_BYTES: usize = 512 * 1024 * 1024;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// HTTP/2 pings on idle connections notice a vanished peer (no RST, e.g. a
 /// node that went away) without waiting for the OS.
 const KEEPALIVE: Duration = Duration::from_secs(10);
@@ -95,8 +97,8 @@ pub struct Replica {
     /// flight on it give up and retry elsewhere instead of hanging.
     lost: watch::Sender<u64>,
     info: RwLock<Option<Arc<InfoResponse>>>,
-    /// Chunks waiting to share a call here (`coalesce.rs`).
-    pub(crate) pending: crate::coalesce::Pending,
+    /// Chunks waiting to share a call here (`coalesce/`).
+    pub(crate) open_call: OpenCall,
     /// For a `unix://` replica with frames allowed: `Embed` calls as Tulip
     /// frames, once its `Info` says it serves them (`use_frames`).
     frames: Option<FrameClient>,
@@ -139,7 +141,7 @@ impl Replica {
             batch_chunks: AtomicUsize::new(0),
             lost: watch::Sender::new(0),
             info: RwLock::new(None),
-            pending: Default::default(),
+            open_call: Default::default(),
             frames: url
                 .strip_prefix("unix://")
                 .filter(|_| unix_frames)
@@ -166,6 +168,20 @@ impl Replica {
             tokens: self.tokens_done.load(Ordering::Relaxed),
             chunks: self.chunks_done.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Its state now, for the metrics scrape.
+    pub fn sample(&self) -> ReplicaSample {
+        let stats = self.stats();
+        ReplicaSample {
+            url: self.url.clone(),
+            up: self.is_routable(),
+            mismatch: self.health() == Health::Mismatch,
+            inflight_tokens: self.inflight_tokens(),
+            tokens: stats.tokens,
+            chunks: stats.chunks,
+            failures: stats.failures,
         }
     }
 
@@ -328,201 +344,9 @@ impl Drop for InflightGuard<'_> {
     }
 }
 
-/// The replicas Ivy knows now (static or discovered), the model they serve
-/// and the tokenizer requests are tokenized with.
-#[derive(Default)]
-pub struct ReplicaSet {
-    list: RwLock<Arc<Vec<Arc<Replica>>>>,
-    model: RwLock<Option<Arc<InfoResponse>>>,
-    tokenizer: RwLock<Option<Arc<Tokenizer>>>,
-    /// The tokenizer came from `--tokenizer`: the replicas' is not loaded.
-    tokenizer_override: bool,
-    /// `--unix-frames`: `unix://` replicas get `Embed` as Tulip frames.
-    unix_frames: bool,
-    /// The model's own prompt templates.
-    templates: RwLock<Option<Arc<crate::templates::Templates>>>,
-    /// Woken when replicas are added, so they are checked at once.
-    pub added: Notify,
-}
-
-impl ReplicaSet {
-    /// A set that tokenizes with `tokenizer` when given (the `--tokenizer`
-    /// override), else with the one the first replica serves.
-    pub fn with_tokenizer(tokenizer: Option<Arc<Tokenizer>>, unix_frames: bool) -> Self {
-        Self {
-            tokenizer_override: tokenizer.is_some(),
-            unix_frames,
-            tokenizer: RwLock::new(tokenizer),
-            ..Self::default()
-        }
-    }
-
-    /// The model's prompts as templates, once a replica has answered.
-    pub fn model_templates(&self) -> Option<Arc<crate::templates::Templates>> {
-        self.templates
-            .read()
-            .expect("templates lock poisoned")
-            .clone()
-    }
-
-    pub fn tokenizer(&self) -> Option<Arc<Tokenizer>> {
-        self.tokenizer
-            .read()
-            .expect("tokenizer lock poisoned")
-            .clone()
-    }
-
-    pub fn snapshot(&self) -> Arc<Vec<Arc<Replica>>> {
-        Arc::clone(&self.list.read().expect("replica set lock poisoned"))
-    }
-
-    /// What the replicas serve, once one of them has answered `Info`.
-    pub fn model(&self) -> Option<Arc<InfoResponse>> {
-        self.model.read().expect("model lock poisoned").clone()
-    }
-
-    pub fn routable_count(&self) -> usize {
-        self.snapshot().iter().filter(|r| r.is_routable()).count()
-    }
-
-    /// Replaces the membership with `urls`, keeping the replicas (and their
-    /// connections and load) that stay.
-    pub fn set_targets(&self, urls: &[String]) -> Result<(), String> {
-        let current = self.snapshot();
-        let mut next = Vec::with_capacity(urls.len());
-        let mut added = Vec::new();
-        for url in urls {
-            match current.iter().find(|r| &r.url == url) {
-                Some(r) => next.push(Arc::clone(r)),
-                None => {
-                    next.push(Arc::new(Replica::new(url, self.unix_frames)?));
-                    added.push(url.as_str());
-                }
-            }
-        }
-        let removed: Vec<&str> = current
-            .iter()
-            .filter(|r| !urls.contains(&r.url))
-            .map(|r| r.url.as_str())
-            .collect();
-        if added.is_empty() && removed.is_empty() {
-            return Ok(());
-        }
-        tracing::info!(
-            ?added,
-            ?removed,
-            replicas = next.len(),
-            "replica set changed"
-        );
-        *self.list.write().expect("replica set lock poisoned") = Arc::new(next);
-        if !added.is_empty() {
-            self.added.notify_one();
-        }
-        Ok(())
-    }
-
-    /// Accepts a replica's model: the first one answering defines it (and,
-    /// without `--tokenizer`, the tokenizer); the others must serve the same
-    /// model (same id, shapes and outputs) with the same tokenizer (by the
-    /// sha256 of its file).
-    pub fn accept_model(&self, info: &Arc<InfoResponse>) -> Result<(), String> {
-        let mut model = self.model.write().expect("model lock poisoned");
-        match &*model {
-            None => {
-                if !self.tokenizer_override {
-                    let t = load_tokenizer(info)?;
-                    *self.tokenizer.write().expect("tokenizer lock poisoned") = Some(Arc::new(t));
-                }
-                tracing::info!(model = %info.model_id, dimension = info.dimension,
-                               max_input_length = info.max_input_length,
-                               tokenizer_sha256 = %info.tokenizer_sha256,
-                               prompts = info.prompts.len(), "model info");
-                *self.templates.write().expect("templates lock poisoned") =
-                    Some(Arc::new(crate::templates::Templates::from_model(
-                        &info.prompts,
-                        &info.default_prompt_name,
-                    )));
-                *model = Some(Arc::clone(info));
-                Ok(())
-            }
-            Some(m) => {
-                let same_model = m.model_id == info.model_id
-                    && m.dimension == info.dimension
-                    && m.vocab_size == info.vocab_size
-                    && m.max_input_length == info.max_input_length
-                    && m.kinds == info.kinds;
-                if !same_model {
-                    return Err(format!(
-                        "it serves model {} (dimension {}), the others {} (dimension {})",
-                        info.model_id, info.dimension, m.model_id, m.dimension
-                    ));
-                }
-                if m.tokenizer_sha256 != info.tokenizer_sha256 {
-                    return Err(format!(
-                        "it serves another tokenizer (sha256 {}) than the others ({})",
-                        short(&info.tokenizer_sha256),
-                        short(&m.tokenizer_sha256)
-                    ));
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// The tokenizer a replica sent in its Info.
-fn load_tokenizer(info: &InfoResponse) -> Result<Tokenizer, String> {
-    if info.tokenizer_json.is_empty() {
-        return Err(format!(
-            "model {} comes with no tokenizer.json; start Ivy with --tokenizer",
-            info.model_id
-        ));
-    }
-    let t = Tokenizer::from_bytes(&info.tokenizer_json).map_err(|e| {
-        format!(
-            "the tokenizer model {} serves does not load: {e}",
-            info.model_id
-        )
-    })?;
-    tracing::info!(model = %info.model_id, sha256 = %info.tokenizer_sha256, backend = %t.backend(),
-                   "tokenizer loaded from the replica");
-    Ok(t)
-}
-
-fn short(sha: &str) -> &str {
-    if sha.is_empty() {
-        "none"
-    } else {
-        &sha[..sha.len().min(12)]
-    }
-}
-
-pub fn no_replica() -> ApiError {
-    ApiError::Unavailable("no healthy Tulip replica is available; retry shortly".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn membership_changes_keep_existing_replicas() {
-        let set = ReplicaSet::default();
-        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.2:7070".into()])
-            .unwrap();
-        let first = Arc::clone(&set.snapshot()[0]);
-        first.set_health(Health::Serving, "test", false);
-        set.set_targets(&["http://10.0.0.1:7070".into(), "http://10.0.0.3:7070".into()])
-            .unwrap();
-        let now = set.snapshot();
-        assert_eq!(
-            now.iter().map(|r| r.url.as_str()).collect::<Vec<_>>(),
-            ["http://10.0.0.1:7070", "http://10.0.0.3:7070"]
-        );
-        assert!(Arc::ptr_eq(&first, &now[0]) && now[0].is_routable());
-        assert_eq!(now[1].health(), Health::Unknown);
-        assert!(set.set_targets(&["not a url".into()]).is_err());
-    }
 
     #[tokio::test]
     async fn a_refusal_that_says_draining_is_not_a_lost_replica() {
@@ -537,46 +361,5 @@ mod tests {
         r.set_health(Health::Serving, "test", false);
         let _ = r.classify(tonic::Status::unavailable("tcp connect error"));
         assert_eq!(r.health(), Health::Down);
-    }
-
-    #[test]
-    fn other_models_are_refused() {
-        let a = Arc::new(InfoResponse {
-            model_id: "m".into(),
-            dimension: 384,
-            ..Default::default()
-        });
-        let b = Arc::new(InfoResponse {
-            model_id: "m".into(),
-            dimension: 768,
-            ..Default::default()
-        });
-        let set = ReplicaSet::with_tokenizer(None, false);
-        // No tokenizer.json in the Info: nothing to tokenize with.
-        assert!(set.accept_model(&a).unwrap_err().contains("--tokenizer"));
-        let tok = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/data/tokenizers/all-minilm-l6-v2/tokenizer.json"
-        ))
-        .unwrap();
-        let with_tok = |info: &InfoResponse, sha: &str| {
-            Arc::new(InfoResponse {
-                tokenizer_json: tok.clone().into(),
-                tokenizer_sha256: sha.into(),
-                ..info.clone()
-            })
-        };
-        assert!(set.accept_model(&with_tok(&a, "aa")).is_ok());
-        assert!(set.tokenizer().is_some());
-        assert!(set.accept_model(&with_tok(&a, "aa")).is_ok());
-        assert!(set
-            .accept_model(&with_tok(&b, "aa"))
-            .unwrap_err()
-            .contains("dimension 768"));
-        assert!(set
-            .accept_model(&with_tok(&a, "bb"))
-            .unwrap_err()
-            .contains("another tokenizer"));
-        assert_eq!(set.model().unwrap().dimension, 384);
     }
 }

@@ -15,6 +15,8 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
+use super::CONNECT_TIMEOUT;
+
 type Reply = Result<EmbedResponse, Status>;
 
 pub struct FrameClient {
@@ -89,12 +91,9 @@ impl FrameClient {
     }
 
     async fn connect(&self) -> std::io::Result<Arc<Conn>> {
-        let mut stream = tokio::time::timeout(
-            std::time::Duration::from_secs(2),
-            UnixStream::connect(&self.path),
-        )
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(&self.path))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
         stream.write_all(&frames::PREFACE).await?;
         let (read, write) = stream.into_split();
         let (tx, rx) = mpsc::unbounded_channel();

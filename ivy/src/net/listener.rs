@@ -13,8 +13,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use crate::conn_io::{ConnIo, Timeouts, Watch};
-use crate::tls::Stream;
+use crate::net::conn_io::{ConnIo, Timeouts, Watch};
+use crate::net::tls::Stream;
 
 /// The HTTP/2 client preface (`PRI * HTTP/2.0...`) a gRPC connection opens
 /// with.

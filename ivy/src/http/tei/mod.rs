@@ -6,22 +6,22 @@
 
 use std::time::Instant;
 
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::Bytes;
 use serde::Serialize;
 
-use super::body::json_body;
+mod predict;
+mod tokens;
+
+pub use self::predict::predict;
+pub use self::tokens::{decode, tokenize};
+use super::body::{json_object, Body};
 use super::fields::{self, Object, Rows};
-use super::respond::{finish, json, json_timed, to_json, Api};
+use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
-use crate::pipeline::tokens::{self, DecodeJob, Token, TokenizeJob};
 use crate::pipeline::{self, floats, Inputs, Job, Kind, Options, Output};
 use crate::state::AppState;
-
-type Body = Result<Bytes, BytesRejection>;
 
 pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     embedding(state, headers, body, Kind::Dense, "embed", |out| {
@@ -54,7 +54,7 @@ pub async fn embed_sparse(
 }
 
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let kind = pipeline::embed_all_kind(state.replicas.model().as_deref());
+    let kind = pipeline::embed_all_kind(state.model.info().as_deref());
     embedding(state, headers, body, kind, "embed_all", |out| {
         let all: Vec<Rows> = (0..out.sequences)
             .map(|i| Rows {
@@ -85,7 +85,7 @@ async fn embedding(
 ) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         if kind == Kind::Dense {
@@ -111,7 +111,7 @@ async fn embedding(
 pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         let inputs = match obj.get("inputs") {
             Some(serde_json::Value::Object(o)) => o,
             _ => {
@@ -147,7 +147,7 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
 pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = read(&state, &headers, body)?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         if obj.contains_key("documents") {
             // The Cohere/Jina body, as /v1/rerank takes it.
             return super::cohere::rerank(&state, obj, started).await;
@@ -177,85 +177,6 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
     }
     .await;
     finish(&state, Api::Tei, "rerank", result)
-}
-
-pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = async {
-        let obj = read(&state, &headers, body)?;
-        let job = TokenizeJob {
-            inputs: fields::strings(&obj, "inputs")?,
-            add_special_tokens: fields::opt_bool(&obj, "add_special_tokens")?.unwrap_or(true),
-            prompt_name: fields::opt_string(&obj, "prompt_name")?,
-        };
-        let all = tokens::run(&state, job, state.deadline()).await?;
-        let body: Vec<Vec<SimpleToken>> = all
-            .iter()
-            .map(|t| t.iter().map(SimpleToken::from).collect())
-            .collect();
-        Ok(json(to_json(&body)?))
-    }
-    .await;
-    finish(&state, Api::Tei, "tokenize", result)
-}
-
-/// `POST /decode`: token ids back to text, one string per sequence. `ids`
-/// is one sequence or a list of them (`[]` is one empty sequence, as TEI
-/// reads it); ids outside the vocabulary are dropped, as `tokenizers` does.
-pub async fn decode(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = async {
-        let obj = fields::object(
-            json_body(&headers, body, state.config.max_body_bytes)?,
-            "ids",
-        )?;
-        let ids = match obj.get("ids") {
-            Some(serde_json::Value::Array(a)) if a.is_empty() => vec![vec![]],
-            _ => match fields::inputs(&obj, "ids")? {
-                Inputs::Ids(ids) => ids,
-                _ => {
-                    return Err(ApiError::schema(
-                        "ids",
-                        "`ids` must be an array of token ids or an array of such arrays",
-                    ))
-                }
-            },
-        };
-        let job = DecodeJob {
-            ids,
-            skip_special_tokens: fields::opt_bool(&obj, "skip_special_tokens")?.unwrap_or(true),
-        };
-        let texts = tokens::decode(&state, job, state.deadline()).await?;
-        Ok(json(to_json(&texts)?))
-    }
-    .await;
-    finish(&state, Api::Tei, "decode", result)
-}
-
-#[derive(Serialize)]
-struct SimpleToken<'a> {
-    id: u32,
-    text: &'a str,
-    special: bool,
-    start: Option<u32>,
-    stop: Option<u32>,
-}
-
-impl<'a> From<&'a Token> for SimpleToken<'a> {
-    fn from(t: &'a Token) -> Self {
-        Self {
-            id: t.id,
-            text: &t.text,
-            special: t.special,
-            start: t.start,
-            stop: t.stop,
-        }
-    }
-}
-
-fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Object, ApiError> {
-    fields::object(
-        json_body(headers, body, state.config.max_body_bytes)?,
-        "inputs",
-    )
 }
 
 fn common_options(state: &AppState, obj: &Object) -> Result<Options, ApiError> {

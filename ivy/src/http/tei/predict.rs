@@ -12,27 +12,22 @@ use axum::response::Response;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::body::json_body;
-use super::fields::{self, Object};
-use super::respond::{finish, json_timed, to_json, Api};
+use super::common_options;
 use crate::error::ApiError;
+use crate::http::body::{json_object, Body};
+use crate::http::fields::{self, Object};
+use crate::http::respond::{finish, json_timed, to_json, Api};
 use crate::pipeline::{predict, Inputs, Options};
 use crate::state::AppState;
 
 pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
-        let obj = fields::object(
-            json_body(&headers, body, state.config.max_body_bytes)?,
-            "inputs",
-        )?;
+        let obj = json_object(&state, &headers, body, "inputs")?;
         let (inputs, batch) = parse_inputs(&obj)?;
         let options = Options {
-            truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(state.config.auto_truncate),
-            direction: fields::direction(&obj)?,
-            priority: fields::priority(&obj)?,
             raw_scores: fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false),
-            ..Options::default()
+            ..common_options(&state, &obj)?
         };
         let (out, labelled) = predict::run(&state, inputs, options, state.deadline()).await?;
         let predictions: Vec<Vec<Prediction>> = labelled
@@ -49,9 +44,6 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
     .await;
     finish(&state, Api::Tei, "predict", result)
 }
-
-// The body as bytes, or why it could not be read (too large: 413).
-type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
 
 /// TEI's JSON for one prediction (score first).
 #[derive(Serialize)]

@@ -9,19 +9,21 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::replicas::{Health, Replica, ReplicaSet};
+use super::replica::{Health, Replica};
+use super::set::ReplicaSet;
+use crate::model::ServedModel;
 
 /// Failed checks in a row that take a serving replica out. One failure may be
 /// a hiccup; a dead replica also fails its calls, which takes it out at once.
 const FAILURES_TO_DOWN: u32 = 2;
 
-pub fn spawn(set: Arc<ReplicaSet>, interval: Duration) {
+pub fn spawn(set: Arc<ReplicaSet>, model: Arc<ServedModel>, interval: Duration) {
     // A check may take up to a second longer than the interval, never less.
     let timeout = interval.max(Duration::from_secs(1));
     tokio::spawn(async move {
         loop {
             let replicas = set.snapshot();
-            join_all(replicas.iter().map(|r| check(&set, r, timeout))).await;
+            join_all(replicas.iter().map(|r| check(&model, r, timeout))).await;
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 _ = set.added.notified() => {}
@@ -30,7 +32,7 @@ pub fn spawn(set: Arc<ReplicaSet>, interval: Duration) {
     });
 }
 
-async fn check(set: &ReplicaSet, replica: &Arc<Replica>, timeout: Duration) {
+async fn check(model: &ServedModel, replica: &Arc<Replica>, timeout: Duration) {
     match replica.probe(timeout).await {
         Ok(true) => {
             let info = match replica.info() {
@@ -43,7 +45,7 @@ async fn check(set: &ReplicaSet, replica: &Arc<Replica>, timeout: Duration) {
                     }
                 },
             };
-            match set.accept_model(&info) {
+            match model.accept(&info) {
                 Ok(()) => replica.set_health(Health::Serving, "health check", false),
                 Err(why) => {
                     if replica.health() != Health::Mismatch {

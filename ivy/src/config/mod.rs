@@ -1,11 +1,16 @@
 //! Ivy's configuration: every flag is also an environment variable.
 
+pub mod net;
+mod seconds;
+
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+
+use self::seconds::parse_seconds;
 
 /// Ivy: the HTTP and gRPC gateway in front of Tulip inference replicas.
 #[derive(Debug, Clone, Parser)]
@@ -151,9 +156,9 @@ pub struct Config {
     #[arg(long, env = "IVY_DRAIN_TIMEOUT", default_value = "30", value_parser = parse_seconds)]
     pub drain_timeout: Duration,
 
-    /// Connection timeouts and limits, TLS (see `net_config.rs`).
+    /// Connection timeouts and limits, TLS (see `config/net.rs`).
     #[command(flatten)]
-    pub net: crate::net_config::NetConfig,
+    pub net: crate::config::net::NetConfig,
 
     /// Seconds between health checks of each replica.
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]
@@ -206,7 +211,7 @@ pub struct Config {
     pub log: String,
 }
 
-/// Load-balancing policies (see `balancer.rs`).
+/// Load-balancing policies (see `upstream/balancer.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Balance {
     /// Each chunk goes to the healthy replica with the fewest tokens in flight.
@@ -241,16 +246,6 @@ impl FromStr for Secret {
         }
         Ok(Self(s.to_string()))
     }
-}
-
-pub(crate) fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("`{s}` must be a positive number of seconds"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 #[cfg(test)]

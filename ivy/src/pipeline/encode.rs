@@ -7,10 +7,8 @@
 
 use ivy_tokenizer::{Direction, EncodeOptions, Encoding, Tokenizer};
 
+use super::blocking::{off_reactor, INLINE_INPUTS};
 use crate::error::ApiError;
-
-/// Inputs this large are tokenized on a blocking thread, off the reactor.
-const INLINE_INPUTS: usize = 8;
 
 /// Flat ids with per-sequence lengths: the layout Tulip takes.
 #[derive(Debug, Default)]
@@ -54,7 +52,7 @@ impl Truncation {
         Ok(())
     }
 
-    fn options(&self) -> EncodeOptions {
+    pub fn options(&self) -> EncodeOptions {
         EncodeOptions {
             add_special_tokens: true,
             max_length: Some(self.max_length),
@@ -73,9 +71,10 @@ pub async fn tokenize(
         return tokenize_inline(tokenizer, &texts, truncation);
     }
     let tokenizer = std::sync::Arc::clone(tokenizer);
-    tokio::task::spawn_blocking(move || tokenize_parallel(&tokenizer, &texts, truncation))
-        .await
-        .map_err(|e| ApiError::Internal(format!("tokenization task failed: {e}")))?
+    off_reactor("tokenization", move || {
+        tokenize_parallel(&tokenizer, &texts, truncation)
+    })
+    .await
 }
 
 /// One text after another into one reused `Encoding`.

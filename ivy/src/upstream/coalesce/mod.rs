@@ -10,125 +10,30 @@
 //! A merged call that fails is retried chunk by chunk, so one bad input or
 //! a replica that failed mid-call costs no other request anything but time.
 
-use std::sync::{Arc, Mutex};
+pub mod open;
+
+use std::sync::Arc;
 
 use proto::tulip::v1::{EmbedRequest, EmbedResponse, OutputKind};
-use tokio::sync::oneshot;
 
+pub use self::open::Limits;
+use self::open::{Member, OpenCall, Role};
 use crate::metrics::Metrics;
-use crate::replicas::{AttemptError, Replica};
-
-/// How big a merged call may grow.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    pub max_sequences: usize,
-    pub max_tokens: usize,
-}
-
-/// The batch a replica has open, if any.
-#[derive(Default)]
-pub struct Pending {
-    open: Mutex<Option<Open>>,
-}
-
-struct Open {
-    /// Every member's sequences, back to back, with the shared options.
-    request: EmbedRequest,
-    members: Vec<Member>,
-}
-
-/// Where one chunk's rows go: its count of sequences and tokens, in order.
-struct Member {
-    sequences: usize,
-    tokens: u64,
-    tx: oneshot::Sender<EmbedResponse>,
-}
-
-/// Options that must agree for chunks to share a call.
-#[derive(PartialEq, Debug)]
-struct Key {
-    kind: i32,
-    normalize: Option<bool>,
-    dimensions: u32,
-    raw_scores: bool,
-    priority: i32,
-}
-
-impl Key {
-    fn of(r: &EmbedRequest) -> Self {
-        Self {
-            kind: r.kind,
-            normalize: r.normalize,
-            dimensions: r.dimensions,
-            raw_scores: r.raw_scores,
-            priority: r.priority,
-        }
-    }
-}
+use crate::upstream::replica::{AttemptError, Replica};
 
 /// Only kinds with exactly one row per sequence are split back by rows.
 fn one_row_per_sequence(kind: i32) -> bool {
     OutputKind::of(kind).is_some_and(OutputKind::one_row_per_sequence)
 }
 
-enum Role {
-    Leader,
-    Follower,
-}
-
-impl Pending {
-    /// Adds `request` to the open batch (or opens one); `None` when it
-    /// cannot share a call (another batch with other options is open, or
-    /// it would grow past the limits).
-    fn join(
-        &self,
-        request: &EmbedRequest,
-        limits: Limits,
-    ) -> Option<(Role, oneshot::Receiver<EmbedResponse>)> {
-        let (tx, rx) = oneshot::channel();
-        let member = Member {
-            sequences: request.lengths.len(),
-            tokens: request.token_ids.len() as u64,
-            tx,
-        };
-        let mut open = self.open.lock().expect("coalescing lock poisoned");
-        match open.as_mut() {
-            None => {
-                *open = Some(Open {
-                    request: request.clone(),
-                    members: vec![member],
-                });
-                Some((Role::Leader, rx))
-            }
-            Some(o) => {
-                let fits = o.request.lengths.len() + request.lengths.len() <= limits.max_sequences
-                    && o.request.token_ids.len() + request.token_ids.len() <= limits.max_tokens;
-                if Key::of(&o.request) != Key::of(request) || !fits {
-                    return None;
-                }
-                o.request.token_ids.extend_from_slice(&request.token_ids);
-                o.request.lengths.extend_from_slice(&request.lengths);
-                o.request.request_id.push(',');
-                o.request.request_id.push_str(&request.request_id);
-                o.members.push(member);
-                Some((Role::Follower, rx))
-            }
-        }
-    }
-
-    fn close(&self) -> Option<Open> {
-        self.open.lock().expect("coalescing lock poisoned").take()
-    }
-}
-
 /// Closes the leader's batch if the leader is dropped before it sends it (a
 /// client that went away, a deadline): its followers then go alone.
-struct Leading<'a>(Option<&'a Pending>);
+struct Leading<'a>(Option<&'a OpenCall>);
 
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
-        if let Some(pending) = self.0 {
-            drop(pending.close());
+        if let Some(open_call) = self.0 {
+            drop(open_call.close());
         }
     }
 }
@@ -144,15 +49,15 @@ pub async fn embed(
     let Some(limits) = limits.filter(|_| one_row_per_sequence(request.kind)) else {
         return replica.embed(request).await;
     };
-    let Some((role, rx)) = replica.pending.join(&request, limits) else {
+    let Some((role, rx)) = replica.open_call.join(&request, limits) else {
         return replica.embed(request).await;
     };
     if let Role::Leader = role {
-        let mut leading = Leading(Some(&replica.pending));
+        let mut leading = Leading(Some(&replica.open_call));
         // Requests read in this same turn run before this one resumes.
         tokio::task::yield_now().await;
         leading.0 = None;
-        let open = replica.pending.close();
+        let open = replica.open_call.close();
         match open {
             Some(open) if open.members.len() > 1 => {
                 metrics.shared_call(open.members.len());
@@ -211,6 +116,7 @@ fn deliver(reply: EmbedResponse, members: Vec<Member>) {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use tokio::sync::oneshot;
 
     const LIMITS: Limits = Limits {
         max_sequences: 8,
@@ -230,7 +136,7 @@ mod tests {
 
     #[test]
     fn chunks_with_the_same_options_share_a_call_in_order() {
-        let p = Pending::default();
+        let p = OpenCall::default();
         let (lead, _r1) = p.join(&req(&[1, 2], 0, "a"), LIMITS).unwrap();
         assert!(matches!(lead, Role::Leader));
         let (follow, _r2) = p.join(&req(&[3], 0, "b"), LIMITS).unwrap();
@@ -244,7 +150,7 @@ mod tests {
 
     #[test]
     fn other_options_or_a_full_batch_go_alone() {
-        let p = Pending::default();
+        let p = OpenCall::default();
         let _lead = p.join(&req(&[1, 2], 0, "a"), LIMITS).unwrap();
         assert!(
             p.join(&req(&[3], 32, "b"), LIMITS).is_none(),

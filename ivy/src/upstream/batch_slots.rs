@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::balancer::Policy;
-use crate::replicas::Replica;
+use crate::upstream::balancer::Policy;
+use crate::upstream::replica::Replica;
 
 pub struct BatchSlots {
     /// Per replica; 0 = no bound.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::config::Balance;
-use crate::replicas::Replica;
+use crate::upstream::replica::Replica;
 
 pub trait Policy: Send + Sync {
     /// Picks among routable `replicas`, avoiding those in `tried` (that
@@ -79,7 +79,7 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replicas::Health;
+    use crate::upstream::replica::Health;
 
     fn replicas(n: usize) -> Vec<Arc<Replica>> {
         (0..n)

@@ -1,64 +1,35 @@
-//! The gRPC front: `ivy.v1.Ivy` (the same pipeline as the HTTP routes) and
-//! `grpc.health.v1` (see `grpc_health.rs`). Errors map to gRPC codes in
-//! `error.rs`; the request id travels in `x-request-id` metadata.
+//! `ivy.v1.Ivy`: each call parsed into a pipeline job, run, and rendered;
+//! request id, API key, deadline, metrics and error mapping around every
+//! call (`IvyService::call`).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::StreamExt;
-use ivy_tokenizer::Direction;
 use proto::ivy::v1 as pb;
-use proto::ivy::v1::ivy_server::{Ivy, IvyServer};
+use proto::ivy::v1::ivy_server::Ivy;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use crate::conn_io::ConnIo;
+use super::convert::{client_deadline, direction, predict_inputs, priority, timing};
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
-use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output, Priority};
-use crate::replicas::no_replica;
-use crate::request_id::{RequestId, HEADER};
+use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output};
+use crate::request::id::{RequestId, HEADER};
 use crate::state::AppState;
-use crate::tls::Stream;
-
-/// Serves until `shutdown` resolves, then finishes in-flight calls. HTTP/2
-/// keepalive pings close connections whose peer stopped answering (or
-/// reading): quiet for --idle-timeout, unanswered for --write-timeout.
-pub async fn serve(
-    state: AppState,
-    incoming: impl futures_util::Stream<Item = std::io::Result<ConnIo<Stream>>> + Send + 'static,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), String> {
-    let max = state.config.max_body_bytes;
-    let net = state.config.net.clone();
-    let drain_timeout = state.config.drain_timeout;
-    let health = crate::grpc_health::service(state.clone());
-    let service = IvyServer::new(IvyService { state })
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(usize::MAX);
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(net.idle_timeout))
-        .http2_keepalive_timeout(Some(net.write_timeout));
-    if let Some(age) = net.grpc_max_connection_age {
-        builder = builder
-            .max_connection_age(age)
-            .max_connection_age_grace(drain_timeout);
-    }
-    builder
-        .add_service(health)
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
-        .map_err(|e| format!("gRPC server error: {e}"))
-}
+use crate::upstream::no_replica;
 
 pub struct IvyService {
     state: AppState,
 }
 
 impl IvyService {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+
     /// Request id, API key, deadline, metrics and error mapping around a call.
     async fn call<Req, Resp, F, Fut>(
         &self,
@@ -70,14 +41,10 @@ impl IvyService {
         F: FnOnce(AppState, Req, Instant) -> Fut,
         Fut: Future<Output = Result<Resp, ApiError>>,
     {
+        let (id, auth) = self.caller(&request);
         let meta = request.metadata();
-        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
         let deadline =
             client_deadline(meta).map_or(self.state.deadline(), |d| d.min(self.state.deadline()));
-        let auth = self
-            .state
-            .api_key
-            .check(meta.get("authorization").map(|v| v.as_bytes()));
         let span = tracing::info_span!("request", id = %id, rpc = endpoint, tokens = tracing::field::Empty);
         telemetry::continue_grpc(&span, meta);
         let state = self.state.clone();
@@ -103,89 +70,49 @@ impl IvyService {
                 Ok(r)
             }
             Err(e) => {
-                let code = e.grpc_code();
-                self.state
-                    .metrics
-                    .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
-                let mut message = e.to_string();
-                if e.is_server_side() {
-                    span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
-                    message.push_str(&format!(" (request id {id})"));
-                }
+                let (code, message) = failed(&self.state, endpoint, &e, &id, &span);
                 Err(Status::with_metadata(code, message, meta))
             }
         }
     }
-}
 
-/// The caller's `grpc-timeout` (e.g. `500m`, `2S`) as a deadline.
-fn client_deadline(meta: &MetadataMap) -> Option<Instant> {
-    let v = meta.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    let d = match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    };
-    Instant::now().checked_add(d)
-}
-
-fn direction(d: i32) -> Direction {
-    match pb::TruncationDirection::try_from(d) {
-        Ok(pb::TruncationDirection::Left) => Direction::Left,
-        _ => Direction::Right,
+    /// The call's request id (the caller's `x-request-id` or a new one) and
+    /// whether its API key is good.
+    fn caller<T>(&self, request: &Request<T>) -> (RequestId, Result<(), ApiError>) {
+        let meta = request.metadata();
+        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
+        let auth = self
+            .state
+            .api_key
+            .check(meta.get("authorization").map(|v| v.as_bytes()));
+        (id, auth)
     }
 }
 
-fn priority(p: i32) -> Result<Option<Priority>, ApiError> {
-    match pb::Priority::try_from(p) {
-        Ok(pb::Priority::Unspecified) => Ok(None),
-        Ok(pb::Priority::Interactive) => Ok(Some(Priority::Interactive)),
-        Ok(pb::Priority::Batch) => Ok(Some(Priority::Batch)),
-        Err(_) => Err(ApiError::schema(
-            "priority",
-            format!("unknown priority {p}; use PRIORITY_INTERACTIVE or PRIORITY_BATCH"),
-        )),
-    }
+/// Records a failed call's metric; returns its code and the message its
+/// caller sees (logged in `span` when the failure is on the server side).
+fn failed(
+    state: &AppState,
+    endpoint: &'static str,
+    e: &ApiError,
+    id: &RequestId,
+    span: &tracing::Span,
+) -> (tonic::Code, String) {
+    let code = e.grpc_code();
+    state
+        .metrics
+        .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
+    (code, span.in_scope(|| e.client_message(Some(id))))
 }
 
-/// All texts, or all pairs.
-fn predict_inputs(inputs: Vec<pb::PredictInput>) -> Result<Inputs, ApiError> {
-    if inputs.is_empty() {
-        return Err(ApiError::Empty("`inputs` must not be empty".into()));
+fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
+    pb::EmbedResponse {
+        rows: out.sequences as u32,
+        dim: out.dim as u32,
+        data: out.data().clone(),
+        prompt_tokens: out.tokens,
+        timing: timing(out, started),
     }
-    let pairs = inputs[0].text_pair.is_some();
-    if let Some(i) = inputs.iter().position(|x| x.text_pair.is_some() != pairs) {
-        return Err(ApiError::schema(
-            "inputs",
-            format!("inputs[{i}] must be a pair like inputs[0] is, or a text like it is not"),
-        ));
-    }
-    Ok(if pairs {
-        Inputs::PairList(
-            inputs
-                .into_iter()
-                .map(|x| (x.text, x.text_pair.unwrap_or_default()))
-                .collect(),
-        )
-    } else {
-        Inputs::Texts(inputs.into_iter().map(|x| x.text).collect())
-    })
-}
-
-fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
-    let us = |d: Duration| d.as_micros() as u64;
-    Some(pb::Timing {
-        tokenization_us: us(out.timing.tokenize),
-        queue_us: us(out.timing.queue),
-        inference_us: us(out.timing.inference),
-        total_us: us(started.elapsed()),
-    })
 }
 
 async fn embed_job(
@@ -246,24 +173,10 @@ async fn stream_message(
             state
                 .metrics
                 .request("grpc", "embed_stream", "OK".into(), None);
-            Answer::Embedding(pb::EmbedResponse {
-                rows: out.sequences as u32,
-                dim: out.dim as u32,
-                data: out.data().clone(),
-                prompt_tokens: out.tokens,
-                timing: timing(&out, started),
-            })
+            Answer::Embedding(embed_response(&out, started))
         }
         Err(e) => {
-            let code = e.grpc_code();
-            state
-                .metrics
-                .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
-            let mut message = e.to_string();
-            if e.is_server_side() {
-                span.in_scope(|| tracing::warn!(kind = e.kind(), error = %e, "request failed"));
-                message.push_str(&format!(" (request id {id})"));
-            }
+            let (code, message) = failed(&state, "embed_stream", &e, &id, &span);
             Answer::Error(pb::StreamError {
                 code: code as i32,
                 message,
@@ -291,19 +204,13 @@ impl Ivy for IvyService {
         &self,
         request: Request<Streaming<pb::EmbedRequest>>,
     ) -> Result<Response<Self::EmbedStreamStream>, Status> {
-        let meta = request.metadata();
-        let id = RequestId::from_caller(meta.get(HEADER).map(|v| v.as_bytes()));
-        if let Err(e) = self
-            .state
-            .api_key
-            .check(meta.get("authorization").map(|v| v.as_bytes()))
-        {
-            let code = e.grpc_code();
-            self.state
-                .metrics
-                .request("grpc", "embed_stream", format!("{code:?}"), Some(e.kind()));
-            return Err(Status::new(code, e.to_string()));
+        let (id, auth) = self.caller(&request);
+        if let Err(e) = auth {
+            let (code, message) =
+                failed(&self.state, "embed_stream", &e, &id, &tracing::Span::none());
+            return Err(Status::new(code, message));
         }
+        let meta = request.metadata();
         // The caller's trace (W3C `traceparent`) holds the stream; each
         // message's span is a child of it.
         let stream = tracing::info_span!("stream", id = %id, rpc = "embed_stream");
@@ -340,13 +247,7 @@ impl Ivy for IvyService {
         self.call("embed", request, |state, r, deadline| async move {
             let started = Instant::now();
             let out = embed_job(&state, r, Kind::Dense, deadline).await?;
-            Ok(pb::EmbedResponse {
-                rows: out.sequences as u32,
-                dim: out.dim as u32,
-                data: out.data().clone(),
-                prompt_tokens: out.tokens,
-                timing: timing(&out, started),
-            })
+            Ok(embed_response(&out, started))
         })
         .await
     }
@@ -382,7 +283,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedAllResponse>, Status> {
         self.call("embed_all", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let kind = pipeline::embed_all_kind(state.replicas.model().as_deref());
+            let kind = pipeline::embed_all_kind(state.model.info().as_deref());
             let out = embed_job(&state, r, kind, deadline).await?;
             Ok(pb::EmbedAllResponse {
                 row_counts: out.row_counts().to_vec(),
@@ -512,17 +413,15 @@ impl Ivy for IvyService {
         request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
         self.call("info", request, |state, _, _| async move {
-            let m = state.replicas.model().ok_or_else(no_replica)?;
+            let m = state.model.info().ok_or_else(no_replica)?;
             let templates = state.templates();
             Ok(pb::InfoResponse {
                 model_id: m.model_id.clone(),
                 architecture: m.architecture.clone(),
                 dimension: m.dimension,
                 max_input_length: m.max_input_length,
-                kinds: m
-                    .kinds
-                    .iter()
-                    .filter_map(|&k| Kind::of(k))
+                kinds: crate::model::kinds(&m)
+                    .into_iter()
                     .map(|k| k.name().to_string())
                     .collect(),
                 max_inputs: state.config.max_inputs as u32,
@@ -533,28 +432,5 @@ impl Ivy for IvyService {
             })
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_grpc_timeouts() {
-        let mut m = MetadataMap::new();
-        assert!(client_deadline(&m).is_none());
-        m.insert("grpc-timeout", "1500m".parse().unwrap());
-        let d = client_deadline(&m)
-            .unwrap()
-            .saturating_duration_since(Instant::now());
-        assert!(d <= Duration::from_millis(1500));
-        m.insert("grpc-timeout", "3M".parse().unwrap());
-        let d = client_deadline(&m)
-            .unwrap()
-            .saturating_duration_since(Instant::now());
-        assert!(d > Duration::from_secs(60) && d <= Duration::from_secs(180));
-        m.insert("grpc-timeout", "5x".parse().unwrap());
-        assert!(client_deadline(&m).is_none());
     }
 }

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::replicas::ReplicaSet;
+use crate::upstream::set::ReplicaSet;
 
 pub enum Source {
     Static(Vec<String>),

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::parse_seconds;
-use crate::conn_io::Timeouts;
+use super::seconds::parse_seconds;
+use crate::net::conn_io::Timeouts;
 
 #[derive(Debug, Clone, Args)]
 pub struct NetConfig {

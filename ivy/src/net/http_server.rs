@@ -15,9 +15,9 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use crate::body_deadline::TimedBody;
-use crate::conn_io::{Activity, Watch};
-use crate::listener::{Accepted, Listener};
+use crate::net::body_deadline::TimedBody;
+use crate::net::conn_io::{Activity, Watch};
+use crate::net::listener::{Accepted, Listener};
 
 /// Serves until `stop` turns true, then drains the open connections.
 pub async fn serve(
