@@ -39,10 +39,14 @@ def _ray_job(texts: list[str], embedder, kwargs: dict, actors: int, batch_size: 
     import pyarrow as pa
     import ray
 
-    ds = ray.data.from_arrow(pa.table({"id": np.arange(len(texts)), "text": texts}))
+    table = pa.table({"id": np.arange(len(texts)), "text": texts})
+    # Blocks of 1,000 rows, so every actor gets work (one block goes to one actor).
+    ds = ray.data.from_arrow([table.slice(i, 1000) for i in range(0, len(texts), 1000)])
     start = time.perf_counter()
-    out = ds.map_batches(embedder, fn_constructor_kwargs=kwargs, concurrency=actors, batch_size=batch_size,
-                         batch_format="pyarrow").to_arrow()
+    # Half a CPU per actor: Ray Data's own tasks keep a CPU on a 2-CPU cluster.
+    ds = ds.map_batches(embedder, fn_constructor_kwargs=kwargs, compute=ray.data.ActorPoolStrategy(size=actors),
+                        num_cpus=0.5, batch_size=batch_size, batch_format="pyarrow")
+    out = pa.concat_tables(ray.get(ds.to_arrow_refs()))
     wall = time.perf_counter() - start
     if out.column("id").to_pylist() != list(range(len(texts))):
         raise RuntimeError("the Ray job's rows are not in input order")

@@ -149,8 +149,9 @@ class _Embedder:
 
 class IvyEmbedder(_Embedder):
     """``ds.map_batches(IvyEmbedder, fn_constructor_kwargs={"url": ...},
-    concurrency=N, batch_size=B)``: each actor sends its batches to Ivy's
-    HTTP API at the ``batch`` priority class, ``requests_in_flight``
+    compute=ray.data.ActorPoolStrategy(size=N), num_cpus=0.5,
+    batch_size=B)`` (``concurrency=N`` before Ray 2.51): each actor sends
+    its batches to Ivy's HTTP API at the ``batch`` priority class, ``requests_in_flight``
     requests of up to ``request_size`` texts at a time (default: Ivy's
     ``max_client_batch_size``, at most 64), retrying 429/502/503/504,
     timeouts and refused connections with backoff (and Retry-After) for up
@@ -190,7 +191,8 @@ class IvyEmbedder(_Embedder):
 
 class RoseEmbedder(_Embedder):
     """``ds.map_batches(RoseEmbedder, fn_constructor_kwargs={"model": ...},
-    concurrency=N, num_gpus=1, batch_size=B)``: each actor loads the model
+    compute=ray.data.ActorPoolStrategy(size=N), num_gpus=1, batch_size=B)``:
+    each actor loads the model
     once (a directory or a Hub id, as ``tulip --model`` takes), then embeds
     its batches in steps of at most ``token_budget`` tokens. Texts are
     tokenized with the model's ``tokenizer.json`` after its prompt (the

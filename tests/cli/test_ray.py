@@ -81,6 +81,11 @@ def dataset(texts: list[str]):
     return ray.data.from_arrow([table.slice(i, 40) for i in range(0, len(texts), 40)])
 
 
+def arrow(ds):
+    """A dataset's rows as one pyarrow Table, in order."""
+    return pa.concat_tables(ray.get(ds.to_arrow_refs()))
+
+
 def dense_of(table) -> np.ndarray:
     return np.array(table.column("embedding").to_pylist(), dtype=np.float32)
 
@@ -90,7 +95,7 @@ def test_ivy_embedder_parquet_in_and_out(cluster, ivy_minilm, tmp_path):
     pq.write_table(pa.table({"doc": [f"d{i}" for i in range(len(TEXTS))], "text": TEXTS,
                              "lang": ["en"] * 140 + ["xx"] * 20}), src, row_group_size=40)
     ds = ray.data.read_parquet(str(src)).map_batches(
-        IvyEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "id_column": "doc"}, concurrency=2,
+        IvyEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "id_column": "doc"}, compute=ray.data.ActorPoolStrategy(size=2),
         num_cpus=0.5, batch_size=16, batch_format="pyarrow")
     ds.write_parquet(str(tmp_path / "out"))
     got = pq.read_table(tmp_path / "out")
@@ -105,9 +110,9 @@ def test_ivy_embedder_parquet_in_and_out(cluster, ivy_minilm, tmp_path):
 def test_ivy_embedder_dimensions_and_bad_rows(cluster, ivy_minilm):
     texts = TEXTS[:30] + ["", "word " * 600, None]
     ds = dataset(texts)
-    got = ds.map_batches(IvyEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "dimensions": 128,
+    got = arrow(ds.map_batches(IvyEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "dimensions": 128,
                                                               "truncate": False},
-                         concurrency=1, num_cpus=0.5, batch_size=11, batch_format="pyarrow").to_arrow()
+                         compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, batch_size=11, batch_format="pyarrow"))
     errors = got.column("error").to_pylist()
     assert errors[:30] == [None] * 30
     assert errors[30] == "empty"
@@ -120,7 +125,7 @@ def test_ivy_embedder_dimensions_and_bad_rows(cluster, ivy_minilm):
 
     strict = ds.map_batches(IvyEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "strict": True,
                                                                  "truncate": False},
-                            concurrency=1, num_cpus=0.5, batch_size=11, batch_format="pyarrow")
+                            compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, batch_size=11, batch_format="pyarrow")
     with pytest.raises(Exception) as failed:
         strict.materialize()
     message = str(failed.value)
@@ -128,9 +133,9 @@ def test_ivy_embedder_dimensions_and_bad_rows(cluster, ivy_minilm):
 
 
 def test_rose_embedder_equals_ivy_dense(cluster, ivy_minilm, minilm_dir):
-    got = dataset(TEXTS).map_batches(
+    got = arrow(dataset(TEXTS).map_batches(
         RoseEmbedder, fn_constructor_kwargs={"model": minilm_dir, "threads": 1, "token_budget": 2048},
-        concurrency=1, num_cpus=0.5, batch_size=32, batch_format="pyarrow").to_arrow()
+        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, batch_size=32, batch_format="pyarrow"))
     assert got.column("id").to_pylist() == list(range(len(TEXTS)))
     np.testing.assert_allclose(dense_of(got), ivy_dense(ivy_minilm, TEXTS), atol=1e-5)
 
@@ -153,9 +158,9 @@ def test_sparse_and_multi_vector_equal_ivys(cluster, m3, embedder):
     texts = TEXTS[:24] + TEXTS[-8:]
     for kind, route in (("sparse", "/embed_sparse"), ("multi-vector", "/embed_all")):
         kwargs = {"url": ivy.url} if embedder == "ivy" else {"model": model, "threads": 1}
-        got = dataset(texts).map_batches(IvyEmbedder if embedder == "ivy" else RoseEmbedder,
-                                         fn_constructor_kwargs={**kwargs, "kind": kind}, concurrency=1,
-                                         num_cpus=0.5, batch_size=10, batch_format="pyarrow").to_arrow()
+        got = arrow(dataset(texts).map_batches(IvyEmbedder if embedder == "ivy" else RoseEmbedder,
+                                         fn_constructor_kwargs={**kwargs, "kind": kind}, compute=ray.data.ActorPoolStrategy(size=1),
+                                         num_cpus=0.5, batch_size=10, batch_format="pyarrow"))
         want = ivy_tei(ivy, route, texts)
         if kind == "sparse":
             assert got.schema.field("indices").type == pa.list_(pa.int32())
@@ -192,9 +197,9 @@ class MarkingEmbedder(IvyEmbedder):
 
 
 def test_actor_killed_mid_job_loses_and_duplicates_nothing(cluster, ivy_minilm, tmp_path):
-    got = dataset(TEXTS).map_batches(
+    got = arrow(dataset(TEXTS).map_batches(
         MarkingEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "marks": str(tmp_path), "kill": True},
-        concurrency=2, num_cpus=0.5, batch_size=8, batch_format="pyarrow").to_arrow()
+        compute=ray.data.ActorPoolStrategy(size=2), num_cpus=0.5, batch_size=8, batch_format="pyarrow"))
     assert (tmp_path / "killed").exists()
     assert got.column("id").to_pylist() == list(range(len(TEXTS)))
     np.testing.assert_allclose(dense_of(got), ivy_dense(ivy_minilm, TEXTS), atol=1e-5)
@@ -207,10 +212,10 @@ def test_ivy_outage_mid_job_is_waited_out(cluster, tulip_minilm, minilm_dir, ivy
 
     def job():
         try:
-            result["table"] = dataset(TEXTS).map_batches(
+            result["table"] = arrow(dataset(TEXTS).map_batches(
                 MarkingEmbedder, fn_constructor_kwargs={"url": ivy.url, "marks": str(tmp_path), "kill": False,
                                                         "request_size": 4},
-                concurrency=1, num_cpus=0.5, batch_size=8, batch_format="pyarrow").to_arrow()
+                compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, batch_size=8, batch_format="pyarrow"))
         except BaseException as e:  # reported below
             result["error"] = e
 
