@@ -14,6 +14,7 @@ actor."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -77,9 +78,11 @@ def run(stack: Stack, docs: int = 20000, batch_size: int = 256, query_rate: floa
     want = st.encode(texts[:256], batch_size=32)  # warm-up, and the reference of the deviation
     rates: dict[str, float] = {}
     deviation: dict[str, float] = {}
+    load: dict[str, float] = {}  # the shared machine's 1-minute load average as each side ended
 
     def record(side: str, wall: float, got: np.ndarray | None) -> None:
         rates[side] = round(docs / wall, 2)
+        load[side] = round(os.getloadavg()[0], 2)
         if got is not None:
             cos = (got * reference).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(reference, axis=1))
             deviation[side] = float(1.0 - cos.min())
@@ -128,6 +131,7 @@ def run(stack: Stack, docs: int = 20000, batch_size: int = 256, query_rate: floa
                    "idle_seconds": idle_seconds},
         "docs_per_s": rates,
         "ratio_over_st": {k: ratio(v, st_rate) for k, v in rates.items()},
+        "loadavg_1min_at_end": load,
         "max_cosine_deviation_from_st": deviation,
         "query_latency_ms": {"idle": idle_stats.to_dict(), "during Ray job (batch priority)":
                              loaded_stats.to_dict()},
@@ -141,9 +145,11 @@ def run(stack: Stack, docs: int = 20000, batch_size: int = 256, query_rate: floa
         f"this machine: Ivy, one Tulip replica ({cores} torch threads), a local Ray cluster with "
         f"num_cpus={cores}, and the queries. Ray Data batches of {batch_size} rows; `tulip-rose embed` with "
         f"its defaults (batch 64, 2 requests in flight per replica); sentence-transformers batch 32, fp32.\n",
-        table(["side", "docs/s", "× sentence-transformers", "max cosine deviation"],
-              [[k, v, data["ratio_over_st"][k], f"{deviation[k]:.1e}" if k in deviation else "reference"]
-               for k, v in rates.items()]),
+        table(["side", "docs/s", "× sentence-transformers", "max cosine deviation", "load avg at end"],
+              [[k, v, data["ratio_over_st"][k], f"{deviation[k]:.1e}" if k in deviation else "reference",
+                load[k]] for k, v in rates.items()]),
+        "\nThe machine is shared with other jobs (the load average column: 2 cores), so each number is one "
+        "noisy sample; compare sides within a run, not across runs.",
         f"\nQuery latency on the same Ivy ({query_rate:g} queries/s from {query_threads} connections, "
         f"real 10-64-token lines): idle for {idle_seconds:g} s vs while a Ray Data job (IvyEmbedder × 2, "
         f"`priority: batch`) embeds the {docs:,} documents ({under_rate} docs/s meanwhile).\n",

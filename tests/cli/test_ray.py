@@ -6,7 +6,8 @@ Parquet in and out with the other columns passed through; an actor killed
 mid-job and an Ivy outage mid-job cost no row and duplicate none; bad rows
 are reported (an error column, or the row named in strict mode, or by line
 from ``tulip-rose embed --ray``); and ``--ray`` writes the file the
-single-machine command writes."""
+single-machine command writes, in the work directory a single-machine
+rerun resumes."""
 
 from __future__ import annotations
 
@@ -269,6 +270,14 @@ def test_cli_ray_writes_the_single_machine_file(cluster, ivy_minilm, tmp_path):
     assert strict.returncode == 1, strict.stderr
     first = json.loads((tmp_path / "strict.parquet.errors.jsonl").read_text().splitlines()[0])
     assert first["line"] == 6
+
+    # The strict run's finished batches are resumed, here on one machine:
+    # both engines share the work directory.
+    resumed = cli("embed", src, "--out", tmp_path / "strict.parquet", *args)
+    assert "resuming:" in resumed.stderr
+    again = pq.read_table(tmp_path / "strict.parquet")
+    assert again.column("id").to_pylist() == one.column("id").to_pylist()
+    np.testing.assert_allclose(dense_of(again), dense_of(one), atol=1e-6)
 
 
 def test_ray_data_llm_http_processor_against_ivy(cluster, ivy_minilm):
