@@ -173,9 +173,11 @@ class IvyEmbedder(_Embedder):
         most = int(info.get("max_client_batch_size") or 64)
         self.request_size = min(request_size or 64, most)
         self.dim = int(dimensions or info.get("dimension") or 0)
-        if self.kind == "multi_vector":
-            self.dim = int(info.get("multi_vector_dimension") or self.dim)
         self.options = request_options(truncate, prompt_name, dimensions, priority)
+        if self.kind == "multi_vector":
+            # /info gives the dense width only: the token vectors' width is
+            # what one answer has (every block's column must have one type).
+            self.dim = int(self.ivy.embed(self.kind, ["width"], self.options).rows[0].shape[1])
         self.pool = ThreadPoolExecutor(max(1, requests_in_flight))
 
     def _embed(self, texts: list[str]) -> tuple[list, dict[int, str]]:
