@@ -43,6 +43,9 @@ retried with exponential backoff and jitter for up to --retry-for seconds.
 Each request carries "priority": "batch", so a gateway that separates
 traffic classes serves interactive queries first.
 
+With --ray [ADDRESS] the batches are sent from tasks on a Ray cluster
+(docs/bulk-on-a-cluster.md); everything else above holds unchanged.
+
 Exit codes: 0 done (bad rows, if any, are in the errors file); 1 --strict
 and a bad row was found; 2 bad usage, unreadable input, or a resume refused;
 3 the gateway failed past the retries (or refused the key); 4 an unexpected
@@ -91,6 +94,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--fresh", action="store_true", help="discard a previous run's OUTPUT.partial/ and start over")
     g.add_argument("--progress-every", type=float, metavar="S", default=10.0,
                    help="seconds between progress lines when stderr is not a terminal (default %(default)s)")
+    g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="send the batches from tasks on a Ray cluster: ADDRESS (ray://..., host:port, auto), "
+                        "else RAY_ADDRESS, else a local cluster; the output, the resume and the bad rows are "
+                        "the same as without it (needs pip install 'tulip-rose[ray]'; put INPUT before "
+                        "a bare --ray)")
     return p
 
 
@@ -105,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                    kind=args.kind, batch_size=args.batch_size, concurrency=args.concurrency,
                    prompt_name=args.prompt_name, dimensions=args.dimensions, truncate=args.truncate,
                    strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
-                   timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every)
+                   timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every,
+                   ray=args.ray)
     try:
         return Run(opts).run()
     except KeyboardInterrupt:  # before the batches start, or while assembling

@@ -33,6 +33,9 @@ class ApiError(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self):  # pickled by Ray, from a task to the driver
+        return type(self), (self.status, self.message)
+
 
 class Rejected(ApiError):
     """Ivy rejected the request's content (400/413/422): a bad row."""
@@ -175,6 +178,42 @@ class Ivy:
         if len(rows) != len(texts):
             raise ApiError(200, f"asked for {len(texts)} embeddings, got {len(rows)}")
         return Embedded(rows, tokens)
+
+    def embed_rows(self, kind: str, texts: list[str], options: dict) -> tuple[list, dict[int, str], int]:
+        """Embeddings of ``texts`` where Ivy takes them: (outputs, None for
+        each text Ivy rejected; text index → why; tokens). When Ivy
+        rejects the request, some text in it is bad: the texts are sent one
+        at a time to find which."""
+        try:
+            res = self.embed(kind, texts, options)
+            return res.rows, {}, res.tokens
+        except Rejected:
+            pass
+        outputs: list = []
+        errors: dict[int, str] = {}
+        tokens = 0
+        for i, text in enumerate(texts):
+            try:
+                res = self.embed(kind, [text], options)
+            except Rejected as e:
+                outputs.append(None)
+                errors[i] = f"rejected by Ivy (HTTP {e.status}): {e.message}"
+                continue
+            outputs.append(res.rows[0])
+            tokens += res.tokens
+        return outputs, errors, tokens
+
+
+def request_options(truncate: bool = True, prompt_name: str | None = None, dimensions: int | None = None,
+                    priority: str = "batch") -> dict:
+    """The body fields of a bulk request: bulk work goes in Ivy's ``batch``
+    priority class, so interactive queries are served first."""
+    body = {"truncate": truncate, "priority": priority}
+    if prompt_name:
+        body["prompt_name"] = prompt_name
+    if dimensions:
+        body["dimensions"] = dimensions
+    return body
 
 
 def _seconds(value: str | None) -> float | None:

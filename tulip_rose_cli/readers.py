@@ -55,7 +55,7 @@ def fingerprint(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _check_text(text: str) -> str | None:
+def check_text(text: str) -> str | None:
     """Why a decoded text cannot be embedded, or None."""
     if not text.strip():
         return "empty"
@@ -79,7 +79,7 @@ def _text_rows(path: Path) -> Iterator[Row]:
             except UnicodeDecodeError:
                 yield Row(i, line, line, bad="not UTF-8")
                 continue
-            bad = _check_text(text)
+            bad = check_text(text)
             yield Row(i, line, line, None if bad else text, bad)
 
 
@@ -109,7 +109,7 @@ def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
             elif not isinstance(text, str):
                 yield Row(i, line, rid, bad=f"field {field!r} is not a string")
             else:
-                bad = _check_text(text)
+                bad = check_text(text)
                 yield Row(i, line, rid, None if bad else text, bad)
 
 
@@ -142,13 +142,13 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
             rid = line
             if id_col is not None:
                 rid = record[id_col] if id_col < len(record) else None
-                if rid is None or _check_text(rid) == "not UTF-8":
+                if rid is None or check_text(rid) == "not UTF-8":
                     yield Row(i, line, line, bad="no id" if rid is None else "id not UTF-8")
                     continue
             if col >= len(record):
                 yield Row(i, line, rid, bad=f"no column {column!r} in this record")
                 continue
-            bad = _check_text(record[col])
+            bad = check_text(record[col])
             yield Row(i, line, rid, None if bad else record[col], bad)
 
 
@@ -182,7 +182,7 @@ def _parquet_rows(path: Path, column: str, id_column: str | None) -> Iterator[Ro
             elif not isinstance(text, str):
                 yield Row(i, None, rid, bad=f"column {column!r} is not a string")
             else:
-                bad = _check_text(text)
+                bad = check_text(text)
                 yield Row(i, None, rid, None if bad else text, bad)
             i += 1
 
