@@ -101,6 +101,9 @@ pub struct Replica {
     /// frames, once its `Info` says it serves them (`use_frames`).
     frames: Option<FrameClient>,
     use_frames: AtomicBool,
+    /// Why it last stopped taking work, for the 503 a client gets when no
+    /// replica is left (logs are not the only place to find out).
+    why: RwLock<String>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -145,6 +148,7 @@ impl Replica {
                 .filter(|_| unix_frames)
                 .map(|path| FrameClient::new(path.into(), MAX_RESPONSE_BYTES)),
             use_frames: AtomicBool::new(false),
+            why: RwLock::new(String::new()),
         })
     }
 
@@ -173,9 +177,27 @@ impl Replica {
         self.info.read().expect("replica lock poisoned").clone()
     }
 
+    /// Why it takes no work now, and what to do about it (for a 503).
+    pub fn unavailable_reason(&self) -> String {
+        let why = self.why.read().expect("replica lock poisoned").clone();
+        match self.health() {
+            Health::Serving => format!("{} is serving", self.url),
+            Health::Unknown => format!("{} has not answered a health check yet", self.url),
+            Health::Draining => format!("{} is draining (shutting down or restarting)", self.url),
+            Health::Down => format!(
+                "{} is down ({why}): check that Tulip runs there and that --tulip names its gRPC port",
+                self.url
+            ),
+            Health::Mismatch => format!("{} is refused: {why}", self.url),
+        }
+    }
+
     /// Records a new health state; `abort_inflight` also makes attempts in
     /// flight here give up (the replica stopped answering at all).
     pub fn set_health(&self, health: Health, why: &str, abort_inflight: bool) {
+        if health != Health::Serving {
+            *self.why.write().expect("replica lock poisoned") = why.to_string();
+        }
         let was = Health::from_u8(self.health.swap(health as u8, Ordering::Relaxed));
         if was != health {
             if health == Health::Serving || was == Health::Unknown && health == Health::Draining {
@@ -453,13 +475,15 @@ impl ReplicaSet {
                     && m.kinds == info.kinds;
                 if !same_model {
                     return Err(format!(
-                        "it serves model {} (dimension {}), the others {} (dimension {})",
-                        info.model_id, info.dimension, m.model_id, m.dimension
+                        "it serves model {} (dimension {}), the others {} (dimension {}); \
+                         restart it with {}, or restart Ivy to serve {}",
+                        info.model_id, info.dimension, m.model_id, m.dimension, m.model_id, info.model_id
                     ));
                 }
                 if m.tokenizer_sha256 != info.tokenizer_sha256 {
                     return Err(format!(
-                        "it serves another tokenizer (sha256 {}) than the others ({})",
+                        "it serves another tokenizer (sha256 {}) than the others ({}); restart it with \
+                         the others' model files, or restart Ivy to follow the new ones",
                         short(&info.tokenizer_sha256),
                         short(&m.tokenizer_sha256)
                     ));
@@ -497,8 +521,27 @@ fn short(sha: &str) -> &str {
     }
 }
 
-pub fn no_replica() -> ApiError {
-    ApiError::Unavailable("no healthy Tulip replica is available; retry shortly".into())
+/// The 503 when no replica takes work: each replica's reason (refused,
+/// down, draining) and what to do, so the client sees what the logs say.
+pub fn no_replica(set: &ReplicaSet) -> ApiError {
+    const SHOWN: usize = 4;
+    let replicas = set.snapshot();
+    let mut reasons: Vec<String> = replicas
+        .iter()
+        .take(SHOWN)
+        .map(|r| r.unavailable_reason())
+        .collect();
+    if replicas.len() > SHOWN {
+        reasons.push(format!("and {} more", replicas.len() - SHOWN));
+    }
+    let detail = if reasons.is_empty() {
+        "no replica is known yet (--tulip-dns has resolved none)".to_string()
+    } else {
+        reasons.join("; ")
+    };
+    ApiError::Unavailable(format!(
+        "no healthy Tulip replica is available: {detail}. Retry shortly if a replica is starting"
+    ))
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ impl Gateway {
     pub fn tokenizer(&self) -> Result<Arc<Tokenizer>, ApiError> {
         self.replicas
             .tokenizer()
-            .ok_or_else(crate::replicas::no_replica)
+            .ok_or_else(|| crate::replicas::no_replica(&self.replicas))
     }
 
     /// The names the model is served under: `--served-model-name`, else the

@@ -110,7 +110,7 @@ pub fn served_model(state: &AppState, obj: &Object) -> Result<String, ApiError> 
 pub async fn models(State(state): State<AppState>) -> Response {
     let names = state.served_names();
     let result = if names.is_empty() {
-        Err(crate::replicas::no_replica())
+        Err(crate::replicas::no_replica(&state.replicas))
     } else {
         let data: Vec<Value> = names
             .iter()

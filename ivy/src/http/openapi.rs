@@ -215,8 +215,8 @@ fn schemas(config: &Config) -> Value {
             "type": "object", "required": ["message", "type", "param", "code"], "properties": {
                 "message": { "type": "string" }, "type": { "type": "string" },
                 "param": { "type": ["string", "null"] },
-                // The status, or OpenAI's string code where it defines one (`model_not_found`).
-                "code": { "type": ["integer", "string"] } } } } },
+                // Always a string: OpenAI's own where it defines one (`model_not_found`), else Ivy's label.
+                "code": { "type": "string" } } } } },
         "TeiError": { "type": "object", "required": ["error", "error_type"], "properties": {
             "error": { "type": "string" },
             "error_type": { "type": "string", "enum": ["Validation", "Empty", "Unauthorized", "Overloaded", "Unhealthy", "Backend", "Tokenizer"] } } },
