@@ -17,8 +17,10 @@ from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
-# Exit codes (documented in --help and the README).
-OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 4, 130
+# Exit codes (documented in --help and the README). BAD_ROWS: the output
+# was written but some rows are not in it, so a pipeline that checks only
+# the status never takes a short (or empty) file for a complete one.
+OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, BAD_ROWS, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 KINDS = {"dense": "dense", "sparse": "sparse", "multi-vector": "multi_vector"}
 DEFAULT_BATCH = 64
 
@@ -98,9 +100,15 @@ class Run:
         except (readers.InputError, ValueError) as e:
             raise Exit(USAGE, str(e)) from None
         if "parquet" in (in_fmt, out_fmt) and importlib.util.find_spec("pyarrow") is None:
-            raise Exit(USAGE, "Parquet needs pyarrow: pip install 'tulip-rose[cli]'")
+            raise Exit(USAGE, "Parquet needs pyarrow: pip install pyarrow (or, in a clone, pip install -e '.[cli]')")
         if o.ray is not None and importlib.util.find_spec("ray") is None:
-            raise Exit(USAGE, "--ray needs Ray: pip install 'tulip-rose[ray]'")
+            raise Exit(USAGE, "--ray needs Ray: pip install 'ray[data]' (or, in a clone, pip install -e '.[ray]')")
+        # Every option is checked before anything is written: a mistyped
+        # column must not leave a work directory that blocks the fixed rerun.
+        try:
+            readers.check(o.input, in_fmt, o.column, o.id_column)
+        except readers.InputError as e:
+            raise Exit(USAGE, str(e)) from None
         kind = KINDS[o.kind]
         if out_fmt == "npy" and kind != "dense":
             raise Exit(USAGE, f"--kind {o.kind} needs Parquet output (.parquet); .npy holds dense vectors only")
@@ -113,6 +121,11 @@ class Run:
             raise Exit(SERVER, f"cannot get {o.url}/info: {e}") from None
         if kind not in info.get("kinds", [kind]):
             raise Exit(USAGE, f"the model {info.get('model_id')} serves {info.get('kinds')}, not {kind}")
+        prompts = info.get("prompts")
+        if o.prompt_name and isinstance(prompts, list) and o.prompt_name not in prompts:
+            known = ", ".join(map(repr, prompts)) if prompts else "none"
+            raise Exit(USAGE, f"--prompt-name {o.prompt_name!r}: the gateway knows no such prompt (its prompts: "
+                              f"{known}; the model's own, or those of Ivy's --config [prompts])")
         most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
         batch = o.batch_size or min(DEFAULT_BATCH, most)
         if batch > most:
@@ -120,7 +133,10 @@ class Run:
         concurrency = o.concurrency or 2 * self._replicas()
         dim = o.dimensions or int(info.get("dimension") or 0)
         manifest = {
-            "input": readers.fingerprint(o.input), "input_format": in_fmt, "column": o.column,
+            "input": readers.fingerprint(o.input), "input_format": in_fmt,
+            # The column actually read (the default named), so a refused
+            # resume says "was 'body', now 'text'", not "now None".
+            "column": readers.text_column(in_fmt, o.column),
             "id_column": o.id_column, "batch_size": batch, "kind": kind, "prompt_name": o.prompt_name,
             "dimensions": o.dimensions, "truncate": o.truncate, "model_id": info.get("model_id"),
             "dimension": dim,
@@ -246,8 +262,10 @@ class Run:
                                         manifest["dimension"], bool(o.id_column))
         work.remove()
         where = f", ids in {writers.ids_path(o.output)}" if out_fmt == "npy" else ""
-        bad_note = f"; {bad} bad rows in {writers.errors_path(o.output)}" if bad else ""
-        self.say(f"{self.progress.line()}\nwrote {written:,} rows to {o.output}{where}{bad_note}")
+        self.say(f"{self.progress.line()}\nwrote {written:,} rows to {o.output}{where}")
+        if bad:
+            raise Exit(BAD_ROWS, f"{bad:,} bad rows were left out of {o.output} (of {written + bad:,}); "
+                                 f"each is listed with its reason in {writers.errors_path(o.output)}")
         return OK
 
 
@@ -277,4 +295,5 @@ def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> C
 
 
 def _error(row: readers.Row, reason: str) -> dict:
-    return {"row": row.index, "line": row.line, "id": row.id, "error": reason}
+    # "row" is the row's number as the ids count it (readers.row_number).
+    return {"row": readers.row_number(row.index), "line": row.line, "id": row.id, "error": reason}
