@@ -36,8 +36,8 @@ from bench.httpclient import HttpClient
 from bench.profiling import profile_step
 from bench.results import table
 from bench.stack import IVY_PATH, Stack, http_embeddings
-from tests import servers as servers_mod
-from tests.servers import REPO, TARGET_DIR, Ivy, Process, Tulip, free_port
+from tests.support import servers as servers_mod
+from tests.support.servers import REPO, TARGET_DIR, Ivy, Process, Tulip, free_port
 
 TITLE = "Host overhead: Ivy → Tulip → ROSE (null model) vs FastAPI + uvicorn"
 TOKENS = 128

@@ -8,18 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Ivy, Tulip, default_model_dir
-
-DATA = Path(__file__).resolve().parent / "data"
+from tests.support.servers import Ivy, Tulip, default_model_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def corpus_lines(name: str = "calibration_miracl.txt") -> list[str]:
-    """Non-empty lines of a corpus file, stripped of the BOM and line ends."""
-    text = (DATA / "corpus" / name).read_text(encoding="utf-8-sig")
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="session")

@@ -181,7 +181,7 @@ class Run:
         self.procs.append(proc)
 
     def stop_all(self) -> None:
-        from tests import servers
+        from tests.support import servers
 
         while self.procs:
             p = self.procs.pop()
@@ -292,7 +292,7 @@ class Run:
 
     def server(self, name: str, key: str = "serving", **flags):
         """The model's Tulip for ``key``, started on first use."""
-        from tests.servers import Tulip
+        from tests.support.servers import Tulip
 
         if (name, key) not in self.servers:
             m = self.gated[name]
@@ -371,8 +371,8 @@ class Run:
 
         def run():
             from bench import inputs
-            from tests import servers
-            from tests.servers import Ivy
+            from tests.support import servers
+            from tests.support.servers import Ivy
 
             tulip = self.server(name)
             port, texts, how = None, None, "gRPC, pre-tokenized (no Ivy binary)"
@@ -419,7 +419,7 @@ class Run:
 
             left = max(30.0, self.args.hard_limit - self.rec.budget.elapsed - 30)
             res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                  "tests/rose", "tests/test_overlap.py"], cwd=REPO, capture_output=True, text=True,
+                                  "tests/rose", "tests/tulip/test_overlap.py"], cwd=REPO, capture_output=True, text=True,
                                  timeout=left)
             tail = (res.stdout + res.stderr)[-3000:]
             return {"exit_status": res.returncode, "summary": tail.strip().splitlines()[-1:], "output_tail": tail}

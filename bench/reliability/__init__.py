@@ -55,7 +55,7 @@ class Servers:
     second Ivy (for rerank traffic), started on first use."""
 
     def __init__(self, log_dir: Path):
-        from tests.servers import Ivy, default_model_dir, start_tulips
+        from tests.support.servers import Ivy, default_model_dir, start_tulips
 
         self.log_dir = log_dir
         self.model_dir = default_model_dir()
@@ -73,8 +73,8 @@ class Servers:
         """(Ivy, Tulip) on a tiny seeded BERT cross-encoder (as the tests
         build it): MiniLM has no score head, so its /rerank is a 424."""
         if self._rerank is None:
-            from tests import models
-            from tests.servers import Ivy, Tulip
+            from tests.support import models
+            from tests.support.servers import Ivy, Tulip
 
             self._model_tmp = tempfile.mkdtemp(prefix="rel-rerank-")
             model = models.tiny_reranker(Path(self._model_tmp) / "model", arch="bert")
@@ -108,7 +108,7 @@ def run_soak(servers: Servers, mode: Mode) -> dict:
 
 def run_overload(servers: Servers, mode: Mode) -> dict:
     from bench.reliability import overload as overload_mod
-    from tests.servers import Ivy
+    from tests.support.servers import Ivy
 
     ivy = Ivy([t.url for t in servers.replicas], servers.model_dir, log_dir=servers.log_dir,
               max_concurrent_requests=OVERLOAD_LIMIT)
@@ -149,7 +149,7 @@ def run_fuzz_grpc(servers: Servers, mode: Mode) -> dict:
     }
 
 
-TOKENIZER_FUZZ_COMMAND = ("python -m tests.fixtures && cd ivy/tokenizer && "
+TOKENIZER_FUZZ_COMMAND = ("python -m tests.support.fixtures && cd ivy/tokenizer && "
                           "RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none encode -- -max_total_time=600")
 
 
@@ -163,7 +163,7 @@ def run_tokenizer_fuzz(servers: Servers | None, mode: Mode) -> dict:
     if probe is None or probe.returncode != 0:
         return {"status": "not run: cargo-fuzz is not installed (cargo install cargo-fuzz)",
                 "command": TOKENIZER_FUZZ_COMMAND}
-    subprocess.run([sys.executable, "-m", "tests.fixtures"], cwd=REPO, check=False)
+    subprocess.run([sys.executable, "-m", "tests.support.fixtures"], cwd=REPO, check=False)
     seconds = int(mode.tokenizer_fuzz_s)
     started = time.monotonic()
     out = subprocess.run(["cargo", "fuzz", "run", "--sanitizer", "none", "encode", "--",

@@ -18,7 +18,7 @@ import numpy as np
 
 from bench import inputs
 from bench.results import REPO
-from tests.servers import Tulip
+from tests.support.servers import Tulip
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.deploy.tools import COMPOSE_FILE, REPO, run
-from tests.servers import Ivy, free_port
+from tests.support.servers import Ivy, free_port
 
 TULIPS = ["tulip-0", "tulip-1"]
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.deploy.tools import REPO
-from tests.servers import Ivy, free_port
+from tests.support.servers import Ivy, free_port
 
 DASHBOARD = json.loads((REPO / "deploy" / "grafana" / "dashboards" / "tulip-rose.json").read_text())
 TYPES = {"counter", "gauge", "histogram"}

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import corpus_lines
+from tests.support.fixtures import corpus_lines
 from tests.deploy.resolver import DnsServer, established_peers, namespaces_work, with_resolver
-from tests.deploy.tools import wait_for
-from tests.servers import IVY_BIN, Ivy, Process, Tulip, free_port
+from tests.support.servers import IVY_BIN, Ivy, Process, Tulip, free_port, wait_for
 
 SERVICE = "tulip.embeddings.svc.cluster.local"
 ADDRESSES = ["127.0.0.1", "127.0.0.2"]

@@ -289,5 +289,5 @@ def test_build_context_holds_what_the_builds_copy():
             assert all(ignore.included(f) for f in files), f"{src} is cut by .dockerignore"
     # Local build outputs and unrelated folders stay out of the context.
     for path in ["target/release/ivy", "target/dist/ivy", "tulip/_native.abi3.so", ".venv/bin/python", ".git/HEAD",
-                 "tests/servers.py", "ivy/target/debug/x", "rose/__pycache__/engine.cpython-311.pyc"]:
+                 "tests/support/servers.py", "ivy/target/debug/x", "rose/__pycache__/engine.cpython-311.pyc"]:
         assert not ignore.included(path), path

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.tools import one, render, values_file, wait_for
-from tests.servers import Ivy, free_port
+from tests.deploy.tools import one, render, values_file
+from tests.support.servers import Ivy, free_port, wait_for
 
 
 class MountedConfigMap:

@@ -9,7 +9,6 @@ import io
 import os
 import subprocess
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 
@@ -126,12 +125,3 @@ def container(deployment: dict, name: str) -> dict:
 def env(c: dict) -> dict[str, object]:
     """A container's env as name -> value (or valueFrom)."""
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
-
-
-def wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    """Polls `condition` until it holds; fails naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)

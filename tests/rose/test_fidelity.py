@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from rose import Engine
+from tests.support import reference as ref
+from tests.support.reference import assert_close_vectors
 
-from . import reference as ref
 from .conftest import tokenize
 
 COS = 0.999
@@ -19,12 +20,6 @@ COS = 0.999
 
 def engine(model_dir, **kw) -> Engine:
     return Engine.from_dir(model_dir, device="cpu", dtype="float32", **kw)
-
-
-def assert_close_vectors(got: torch.Tensor, want: torch.Tensor) -> None:
-    assert got.shape == want.shape, (got.shape, want.shape)
-    cos = F.cosine_similarity(got.double(), want.double(), dim=-1)
-    assert cos.min().item() >= COS, f"min cosine {cos.min().item():.6f} at row {cos.argmin().item()}"
 
 
 def test_minilm_matches_sentence_transformers(minilm_dir, st_minilm, texts):

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from rose import Engine, ModelLoadError
-from tests.models import st_pipeline
-
-from .test_fidelity import assert_close_vectors
+from tests.support.models import st_pipeline
+from tests.support.reference import assert_close_vectors
 
 
 def _st_ids_and_vectors(model_dir, texts):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rose import Engine
-from tests.servers import Tulip
+from tests.support.servers import Tulip
 
 from .conftest import tokenize
 
@@ -104,7 +104,7 @@ def test_reranker_serves_scores(served, reranker_xlmr_dir, texts):
 
 
 def test_qwen3_reranker_serves_scores(served, qwen3_reranker_dir, texts):
-    from .test_architectures import qwen3_rerank_ids
+    from tests.support.reference import qwen3_rerank_ids
 
     client, engine = served("qwen3_reranker_dir")
     seqs = qwen3_rerank_ids(qwen3_reranker_dir, "which mountain is highest", texts[:6])

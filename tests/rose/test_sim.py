@@ -15,8 +15,8 @@ from rose.sim import CostModel, SimEngine, SimSettings, busy_fraction, fit, over
 from rose.sim import cost as cost_module
 from rose.sim.events import SimEvent, decode, encode
 from rose.sim.faults import parse as parse_faults
-from tests.models import tiny_reranker, tiny_splade, tiny_xlmr
-from tests.servers import default_model_dir
+from tests.support.models import tiny_reranker, tiny_splade, tiny_xlmr
+from tests.support.servers import default_model_dir
 
 
 def test_the_default_cost_comes_from_the_published_figures():

@@ -9,8 +9,8 @@ import torch
 
 from rose import Engine, InvalidBatchError
 from rose.interface import OutputKind
+from tests.support import reference as ref
 
-from . import reference as ref
 from .conftest import tokenize
 
 

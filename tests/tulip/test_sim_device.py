@@ -18,7 +18,7 @@ import pytest
 
 from rose.sim import overlapping, read_log
 from rose.sim.events import encode
-from tests.servers import Tulip
+from tests.support.servers import Tulip
 
 # Steps of a few milliseconds (plus 0.1 ms per token): long against the
 # host path even on a loaded two-core machine, so steps overlap when Tulip

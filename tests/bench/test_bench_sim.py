@@ -1,0 +1,33 @@
+"""``python -m bench sim --quick``: every section of the simulated-device
+benchmark runs end to end against real Tulip and Ivy processes and writes
+its results (the benchmark dry run; no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.servers import REPO
+
+
+@pytest.mark.slow
+def test_sim_quick_run(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "bench", "sim", "--quick", "--out", str(tmp_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    record = json.loads((tmp_path / "sim.json").read_text())
+    r = record["results"]
+    assert record["gates"] and all(g["passed"] for g in record["gates"])
+    assert set(r["online"]) == {"128", "512", "4096"}
+    for n, cell in r["online"].items():
+        assert cell["tulip"]["device_ms"] > 0 and cell["ivy"]["device_ms"] > 0, n
+    assert set(r["scoring"]) == {"5", "25", "50"}
+    assert r["saturation"]["on"]["steps"] > 0 and r["saturation"]["off"]["overlapping_launches"] == 0
+    assert set(r["fanout"]["levels"]) == {"1", "2"}
+    assert r["isolation"]["data"]["by_side"].keys() == {"priority", "fcfs"}
+    assert r["launch_us"] > 0 and "t0" in r["cost_model"]
+    md = (tmp_path / "sim.md").read_text()
+    assert "modelled, not measured" in md and (tmp_path / "sim.png").stat().st_size > 0
