@@ -85,8 +85,8 @@ pub struct Config {
     pub auto_truncate: bool,
 
     /// Cap on the tokens per input, below the model's own maximum (0 = the
-    /// model's maximum as reported by Tulip).
-    #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0)]
+    /// model's maximum as reported by Tulip). [default: the model's maximum]
+    #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0, hide_default_value = true)]
     pub max_input_length: usize,
 
     /// Most tokens in one request, all inputs together, after templates and
@@ -174,7 +174,8 @@ pub struct Config {
     /// cores. Half: Ivy shares its machine with Tulip or its clients, and on
     /// 2 cores one thread served the same load as two with 15% less CPU and
     /// a lower latency (an idle second worker is woken for every request).
-    #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0)]
+    /// [default: half the cores, at least one]
+    #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0, hide_default_value = true)]
     pub io_threads: usize,
 
     /// Names the model is served under (comma-separated): `GET /v1/models`

@@ -162,3 +162,13 @@ def test_booleans_read_like_tulips(tulip_minilm, log_dir):
     r = subprocess.run([str(IVY_BIN), "--tulip", tulip_minilm.url, "--coalesce", "maybe"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "maybe" in r.stderr, r.stderr
+
+
+def test_help_shows_real_defaults():
+    """Item 10: flags whose stored default is 0 for "decided at start" say
+    what it becomes."""
+    text = subprocess.run([str(IVY_BIN), "--help"], capture_output=True, text=True, timeout=30).stdout
+    assert "[default: the model's maximum]" in text and "[default: half the cores, at least one]" in text
+    for flag in ("--max-input-length", "--io-threads"):
+        block = text.split(f"{flag} <")[1].split("\n\n  ")[0]
+        assert "[default: 0]" not in block, block
