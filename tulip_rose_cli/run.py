@@ -17,7 +17,7 @@ from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
-# Exit codes (documented in --help and the README).
+# Exit codes (documented in --help and docs/bulk-embedding.md).
 OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 4, 130
 KINDS = {"dense": "dense", "sparse": "sparse", "multi-vector": "multi_vector"}
 DEFAULT_BATCH = 64
