@@ -11,7 +11,7 @@ IVY_PORT=${IVY_PORT:-8080}
 model_dir=$("$PY" -c 'from tulip.launcher import default_model_dir; print(default_model_dir())')
 
 # Ivy runs next to Tulip, so it reaches it over a Unix socket (the lower
-# latency path; README, "Latency: the settings that matter").
+# latency path; docs/latency.md).
 socket="${TMPDIR:-/tmp}/tulip-rose-$TULIP_PORT.sock"
 "$PY" -m tulip --model "$model_dir" --host 127.0.0.1 --port "$TULIP_PORT" --unix-socket "$socket" &
 tulip_pid=$!

@@ -17,7 +17,7 @@ from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
-# Exit codes (documented in --help and the README). BAD_ROWS: the output
+# Exit codes (documented in --help and docs/bulk-embedding.md). BAD_ROWS: the output
 # was written but some rows are not in it, so a pipeline that checks only
 # the status never takes a short (or empty) file for a complete one.
 OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, BAD_ROWS, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
