@@ -18,7 +18,7 @@ use crate::net::listener::Listener;
 use crate::net::tls::{self, Alpn};
 use crate::request::admission::Admission;
 use crate::request::auth::ApiKey;
-use crate::state::Gateway;
+use crate::state::{AppState, Gateway};
 use crate::upstream::batch_slots::BatchSlots;
 use crate::upstream::discovery::{self, Source};
 use crate::upstream::set::ReplicaSet;
@@ -27,58 +27,15 @@ use crate::{grpc, http};
 
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
-    let tokenizer = match &config.tokenizer {
-        Some(path) => {
-            let t = Tokenizer::from_file(path).map_err(|e| e.to_string())?;
-            // Names the in-house model, or why the file fell back to `tokenizers`.
-            tracing::info!(path = %path.display(), backend = %t.backend(), "tokenizer loaded (--tokenizer override)");
-            Some(Arc::new(t))
-        }
-        None => None,
-    };
+    let model = Arc::new(ServedModel::with_tokenizer(tokenizer_override(&config)?));
     let templates = Arc::new(TemplateStore::open(
         config.config.clone(),
         Arc::clone(&metrics),
     )?);
-    let model = Arc::new(ServedModel::with_tokenizer(tokenizer));
     let replicas = Arc::new(ReplicaSet::new(config.unix_frames));
-    let source = match &config.tulip_dns {
-        Some(target) => Source::Dns {
-            target: target.clone(),
-            interval: config.dns_interval,
-        },
-        None => Source::Static(config.tulip.clone()),
-    };
-    discovery::start(source, Arc::clone(&replicas)).await?;
-    health::spawn(
-        Arc::clone(&replicas),
-        Arc::clone(&model),
-        config.health_interval,
-    );
+    watch_replicas(&config, &replicas, &model).await?;
     templates.spawn_watchers();
-
-    let net = &config.net;
-    let (http_tls, grpc_tls) = match (&net.tls_cert, &net.tls_key) {
-        (Some(cert), Some(key)) => (
-            Some(tls::acceptor(cert, key, Alpn::Http1)?),
-            Some(tls::acceptor(cert, key, Alpn::H2)?),
-        ),
-        _ => (None, None),
-    };
-    let http_listener = Listener::new(
-        bind(&config.host, config.port).await?,
-        http_tls,
-        net.max_connections,
-        net.timeouts(),
-        "http",
-    );
-    let grpc_listener = Listener::new(
-        bind(&config.host, config.grpc_port).await?,
-        grpc_tls,
-        net.max_connections,
-        net.timeouts(),
-        "grpc",
-    );
+    let (http_listener, grpc_listener) = listeners(&config).await?;
     tracing::info!(
         http = %format!("{}:{}", config.host, config.port),
         grpc = %format!("{}:{}", config.host, config.grpc_port),
@@ -106,7 +63,78 @@ pub async fn run(config: Config) -> Result<(), String> {
             .map_or(0, |d| d.as_secs()),
         config,
     });
+    serve(state, http_listener, grpc_listener).await
+}
 
+/// The `--tokenizer` file, when given: requests are tokenized with it
+/// rather than with the one the replicas serve.
+fn tokenizer_override(config: &Config) -> Result<Option<Arc<Tokenizer>>, String> {
+    let Some(path) = &config.tokenizer else {
+        return Ok(None);
+    };
+    let t = Tokenizer::from_file(path).map_err(|e| e.to_string())?;
+    // Names the in-house model, or why the file fell back to `tokenizers`.
+    tracing::info!(path = %path.display(), backend = %t.backend(), "tokenizer loaded (--tokenizer override)");
+    Ok(Some(Arc::new(t)))
+}
+
+/// Finds the replicas (`--tulip` or `--tulip-dns`) and checks their health,
+/// accepting the model they serve.
+async fn watch_replicas(
+    config: &Config,
+    replicas: &Arc<ReplicaSet>,
+    model: &Arc<ServedModel>,
+) -> Result<(), String> {
+    let source = match &config.tulip_dns {
+        Some(target) => Source::Dns {
+            target: target.clone(),
+            interval: config.dns_interval,
+        },
+        None => Source::Static(config.tulip.clone()),
+    };
+    discovery::start(source, Arc::clone(replicas)).await?;
+    health::spawn(
+        Arc::clone(replicas),
+        Arc::clone(model),
+        config.health_interval,
+    );
+    Ok(())
+}
+
+/// The HTTP and gRPC listeners, with TLS when a certificate is given.
+async fn listeners(config: &Config) -> Result<(Listener, Listener), String> {
+    let net = &config.net;
+    let (http_tls, grpc_tls) = match (&net.tls_cert, &net.tls_key) {
+        (Some(cert), Some(key)) => (
+            Some(tls::acceptor(cert, key, Alpn::Http1)?),
+            Some(tls::acceptor(cert, key, Alpn::H2)?),
+        ),
+        _ => (None, None),
+    };
+    let http = Listener::new(
+        bind(&config.host, config.port).await?,
+        http_tls,
+        net.max_connections,
+        net.timeouts(),
+        "http",
+    );
+    let grpc = Listener::new(
+        bind(&config.host, config.grpc_port).await?,
+        grpc_tls,
+        net.max_connections,
+        net.timeouts(),
+        "grpc",
+    );
+    Ok((http, grpc))
+}
+
+/// Serves HTTP and gRPC until a signal, then drains: refuses new work and
+/// lets in-flight requests finish, up to --drain-timeout.
+async fn serve(
+    state: AppState,
+    http_listener: Listener,
+    grpc_listener: Listener,
+) -> Result<(), String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;

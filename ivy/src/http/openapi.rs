@@ -136,39 +136,87 @@ pub fn document(config: &Config) -> Value {
     })
 }
 
+/// Every schema the document names, one family at a time.
 fn schemas(config: &Config) -> Value {
-    let ids = json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } });
-    let input = json!({ "oneOf": [
-        { "type": "string" },
-        { "type": "array", "items": { "type": "string" }, "minItems": 1 },
-        ids,
-        { "type": "array", "items": ids, "minItems": 1 },
-    ]});
-    let direction =
-        json!({ "type": "string", "enum": ["right", "left", "Right", "Left"], "default": "right" });
-    let prompt = json!({ "type": ["string", "null"], "description": "A prompt template from the --config file; unset uses its default_prompt_name" });
-    let truncate = |default: bool| {
-        json!({ "type": "boolean", "default": default,
-        "description": "Cut inputs longer than the model's maximum instead of refusing them" })
-    };
-    // The TEI routes' default is the server's --auto-truncate.
-    let auto = config.auto_truncate;
-    let vector = json!({ "type": "array", "items": { "type": "number" } });
-    let priority = json!({ "type": ["string", "null"], "enum": ["interactive", "batch", null],
-        "description": "Queue on the replicas: interactive work runs first, batch work (indexing) is never starved; unset decides by size (--interactive-max-tokens)" });
-    let embed_fields = |dense: bool| {
-        let mut props = json!({
-            "inputs": input, "truncate": truncate(auto), "truncation_direction": direction, "prompt_name": prompt,
-            "priority": priority,
-        });
-        if dense {
-            props["normalize"] = json!({ "type": "boolean", "default": true });
-            props["dimensions"] =
-                json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
+    let f = Fragments::new(config);
+    let mut all = serde_json::Map::new();
+    for family in [openai, cohere, tei_embed, tei_scores, tei_tokens, ops] {
+        if let Value::Object(schemas) = family(&f) {
+            all.extend(schemas);
         }
-        json!({ "type": "object", "required": ["inputs"], "properties": props })
-    };
-    let mut all = json!({
+    }
+    Value::Object(all)
+}
+
+/// Field schemas several requests share.
+struct Fragments {
+    ids: Value,
+    input: Value,
+    direction: Value,
+    prompt: Value,
+    /// The TEI routes' default of `truncate`: the server's --auto-truncate.
+    auto: bool,
+    vector: Value,
+    priority: Value,
+}
+
+impl Fragments {
+    fn new(config: &Config) -> Self {
+        let ids = json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } });
+        let input = json!({ "oneOf": [
+            { "type": "string" },
+            { "type": "array", "items": { "type": "string" }, "minItems": 1 },
+            ids,
+            { "type": "array", "items": ids, "minItems": 1 },
+        ]});
+        let direction = json!({ "type": "string", "enum": ["right", "left", "Right", "Left"], "default": "right" });
+        let prompt = json!({ "type": ["string", "null"], "description": "A prompt template from the --config file; unset uses its default_prompt_name" });
+        let auto = config.auto_truncate;
+        let vector = json!({ "type": "array", "items": { "type": "number" } });
+        let priority = json!({ "type": ["string", "null"], "enum": ["interactive", "batch", null],
+            "description": "Queue on the replicas: interactive work runs first, batch work (indexing) is never starved; unset decides by size (--interactive-max-tokens)" });
+        Self {
+            ids,
+            input,
+            direction,
+            prompt,
+            auto,
+            vector,
+            priority,
+        }
+    }
+}
+
+fn truncate(default: bool) -> Value {
+    json!({ "type": "boolean", "default": default,
+    "description": "Cut inputs longer than the model's maximum instead of refusing them" })
+}
+
+/// The fields of `/embed`, `/embed_sparse` and `/embed_all`.
+fn embed_fields(f: &Fragments, dense: bool) -> Value {
+    let mut props = json!({
+        "inputs": f.input, "truncate": truncate(f.auto), "truncation_direction": f.direction, "prompt_name": f.prompt,
+        "priority": f.priority,
+    });
+    if dense {
+        props["normalize"] = json!({ "type": "boolean", "default": true });
+        props["dimensions"] =
+            json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
+    }
+    json!({ "type": "object", "required": ["inputs"], "properties": props })
+}
+
+/// The OpenAI routes: `/v1/embeddings`, `/v1/models`, and errors in OpenAI's shape.
+fn openai(f: &Fragments) -> Value {
+    let Fragments {
+        input,
+        direction,
+        prompt,
+        vector,
+        priority,
+        ..
+    } = f;
+    json!({
         "OpenAiEmbeddingRequest": { "type": "object", "required": ["input"], "properties": {
             "input": input, "model": { "type": "string" },
             "encoding_format": { "type": "string", "enum": ["float", "base64"], "default": "float" },
@@ -176,13 +224,34 @@ fn schemas(config: &Config) -> Value {
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
             "priority": priority,
         }},
-        "SimilarityRequest": { "type": "object", "required": ["inputs"], "properties": {
-            "inputs": { "type": "object", "required": ["source_sentence", "sentences"], "properties": {
-                "source_sentence": { "type": "string" },
-                "sentences": { "type": "array", "minItems": 1, "items": { "type": "string" } } } },
-            "truncate": truncate(auto), "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
-            "prompt_name": { "type": "string" }, "parameters": { "type": "object" }, "priority": priority } },
-        "SimilarityResponse": { "type": "array", "items": { "type": "number" } },
+        "OpenAiEmbeddingResponse": { "type": "object", "required": ["object", "data", "model", "usage"], "properties": {
+            "object": { "type": "string", "enum": ["list"] },
+            "data": { "type": "array", "items": { "type": "object", "required": ["object", "index", "embedding"], "properties": {
+                "object": { "type": "string", "enum": ["embedding"] }, "index": { "type": "integer" },
+                "embedding": { "oneOf": [vector, { "type": "string", "description": "base64 of little-endian float32" }] },
+            }}},
+            "model": { "type": "string" },
+            "usage": { "type": "object", "required": ["prompt_tokens", "total_tokens"], "properties": {
+                "prompt_tokens": { "type": "integer" }, "total_tokens": { "type": "integer" } } },
+        }},
+        "OpenAiModelList": { "type": "object", "required": ["object", "data"], "properties": {
+            "object": { "const": "list" },
+            "data": { "type": "array", "items": { "type": "object", "required": ["id", "object", "created", "owned_by"],
+                "properties": { "id": { "type": "string" }, "object": { "const": "model" },
+                    "created": { "type": "integer" }, "owned_by": { "type": "string" } } } } } },
+        "OpenAiError": { "type": "object", "required": ["error"], "properties": { "error": {
+            "type": "object", "required": ["message", "type", "param", "code"], "properties": {
+                "message": { "type": "string" }, "type": { "type": "string" },
+                "param": { "type": ["string", "null"] },
+                // The status, or OpenAI's string code where it defines one (`model_not_found`).
+                "code": { "type": ["integer", "string"] } } } } },
+    })
+}
+
+/// `/v1/rerank` in the Cohere/Jina shape.
+fn cohere(f: &Fragments) -> Value {
+    let Fragments { priority, .. } = f;
+    json!({
         "CohereRerankRequest": { "type": "object", "required": ["query", "documents"], "properties": {
             "model": { "type": "string" }, "query": { "type": "string" },
             "documents": { "type": "array", "minItems": 1, "items": { "oneOf": [
@@ -196,43 +265,43 @@ fn schemas(config: &Config) -> Value {
                 "index": { "type": "integer" }, "relevance_score": { "type": "number" },
                 "document": { "type": "object", "required": ["text"], "properties": { "text": { "type": "string" } } } } } },
             "usage": { "type": "object", "required": ["total_tokens"], "properties": { "total_tokens": { "type": "integer" } } } } },
-        "OpenAiModelList": { "type": "object", "required": ["object", "data"], "properties": {
-            "object": { "const": "list" },
-            "data": { "type": "array", "items": { "type": "object", "required": ["id", "object", "created", "owned_by"],
-                "properties": { "id": { "type": "string" }, "object": { "const": "model" },
-                    "created": { "type": "integer" }, "owned_by": { "type": "string" } } } } } },
-        "OpenAiEmbeddingResponse": { "type": "object", "required": ["object", "data", "model", "usage"], "properties": {
-            "object": { "type": "string", "enum": ["list"] },
-            "data": { "type": "array", "items": { "type": "object", "required": ["object", "index", "embedding"], "properties": {
-                "object": { "type": "string", "enum": ["embedding"] }, "index": { "type": "integer" },
-                "embedding": { "oneOf": [vector, { "type": "string", "description": "base64 of little-endian float32" }] },
-            }}},
-            "model": { "type": "string" },
-            "usage": { "type": "object", "required": ["prompt_tokens", "total_tokens"], "properties": {
-                "prompt_tokens": { "type": "integer" }, "total_tokens": { "type": "integer" } } },
-        }},
-        "OpenAiError": { "type": "object", "required": ["error"], "properties": { "error": {
-            "type": "object", "required": ["message", "type", "param", "code"], "properties": {
-                "message": { "type": "string" }, "type": { "type": "string" },
-                "param": { "type": ["string", "null"] },
-                // The status, or OpenAI's string code where it defines one (`model_not_found`).
-                "code": { "type": ["integer", "string"] } } } } },
-        "TeiError": { "type": "object", "required": ["error", "error_type"], "properties": {
-            "error": { "type": "string" },
-            "error_type": { "type": "string", "enum": ["Validation", "Empty", "Unauthorized", "Overloaded", "Unhealthy", "Backend", "Tokenizer"] } } },
-        "EmbedRequest": embed_fields(true),
-        "EmbedSparseRequest": embed_fields(false),
-        "EmbedAllRequest": embed_fields(false),
+    })
+}
+
+/// TEI's embedding routes and its error shape.
+fn tei_embed(f: &Fragments) -> Value {
+    let Fragments { vector, .. } = f;
+    json!({
+        "EmbedRequest": embed_fields(f, true),
+        "EmbedSparseRequest": embed_fields(f, false),
+        "EmbedAllRequest": embed_fields(f, false),
         "EmbedResponse": { "type": "array", "items": vector },
         "EmbedSparseResponse": { "type": "array", "items": { "type": "array", "items": {
             "type": "object", "required": ["index", "value"],
             "properties": { "index": { "type": "integer" }, "value": { "type": "number" } } } } },
         "EmbedAllResponse": { "type": "array", "items": { "type": "array", "items": vector } },
+        "TeiError": { "type": "object", "required": ["error", "error_type"], "properties": {
+            "error": { "type": "string" },
+            "error_type": { "type": "string", "enum": ["Validation", "Empty", "Unauthorized", "Overloaded", "Unhealthy", "Backend", "Tokenizer"] } } },
+    })
+}
+
+/// TEI's scoring routes: `/rerank`, `/predict`, `/similarity`.
+fn tei_scores(f: &Fragments) -> Value {
+    let Fragments {
+        direction,
+        auto,
+        priority,
+        ..
+    } = f;
+    json!({
         "RerankRequest": { "type": "object", "required": ["query", "texts"], "properties": {
             "query": { "type": "string" }, "texts": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
-            "truncate": truncate(auto), "truncation_direction": direction,
+            "truncate": truncate(*auto), "truncation_direction": direction,
             "raw_scores": { "type": "boolean", "default": false }, "return_text": { "type": "boolean", "default": false },
             "priority": priority } },
+        "RerankResponse": { "type": "array", "items": { "type": "object", "required": ["index", "score"], "properties": {
+            "index": { "type": "integer" }, "score": { "type": "number" }, "text": { "type": "string" } } } },
         "PredictRequest": { "type": "object", "required": ["inputs"], "properties": {
             "inputs": { "oneOf": [
                 { "type": "string" },
@@ -240,15 +309,27 @@ fn schemas(config: &Config) -> Value {
                 { "type": "array", "minItems": 1, "items": { "oneOf": [
                     { "type": "string" },
                     { "type": "array", "minItems": 2, "maxItems": 2, "items": { "type": "string" } } ] } } ] },
-            "raw_scores": { "type": "boolean", "default": false }, "truncate": truncate(auto),
+            "raw_scores": { "type": "boolean", "default": false }, "truncate": truncate(*auto),
             "truncation_direction": direction, "priority": priority } },
         "PredictResponse": { "oneOf": [
             { "type": "array", "items": schema("Prediction") },
             { "type": "array", "items": { "type": "array", "items": schema("Prediction") } } ] },
         "Prediction": { "type": "object", "required": ["score", "label"], "properties": {
             "score": { "type": "number" }, "label": { "type": "string" } } },
-        "RerankResponse": { "type": "array", "items": { "type": "object", "required": ["index", "score"], "properties": {
-            "index": { "type": "integer" }, "score": { "type": "number" }, "text": { "type": "string" } } } },
+        "SimilarityRequest": { "type": "object", "required": ["inputs"], "properties": {
+            "inputs": { "type": "object", "required": ["source_sentence", "sentences"], "properties": {
+                "source_sentence": { "type": "string" },
+                "sentences": { "type": "array", "minItems": 1, "items": { "type": "string" } } } },
+            "truncate": truncate(*auto), "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
+            "prompt_name": { "type": "string" }, "parameters": { "type": "object" }, "priority": priority } },
+        "SimilarityResponse": { "type": "array", "items": { "type": "number" } },
+    })
+}
+
+/// TEI's `/tokenize` and `/decode`.
+fn tei_tokens(f: &Fragments) -> Value {
+    let Fragments { ids, prompt, .. } = f;
+    json!({
         "TokenizeRequest": { "type": "object", "required": ["inputs"], "properties": {
             "inputs": { "oneOf": [{ "type": "string" }, { "type": "array", "items": { "type": "string" }, "minItems": 1 }] },
             "add_special_tokens": { "type": "boolean", "default": true }, "prompt_name": prompt } },
@@ -256,16 +337,19 @@ fn schemas(config: &Config) -> Value {
             "type": "object", "required": ["id", "text", "special", "start", "stop"], "properties": {
                 "id": { "type": "integer" }, "text": { "type": "string" }, "special": { "type": "boolean" },
                 "start": { "type": ["integer", "null"] }, "stop": { "type": ["integer", "null"] } } } } },
-        "Ready": { "type": "object", "required": ["ready", "draining", "healthy_replicas", "replicas"], "properties": {
-            "ready": { "type": "boolean" }, "draining": { "type": "boolean" },
-            "healthy_replicas": { "type": "integer" }, "replicas": { "type": "integer" } } },
-    });
-    // A second literal: one this size is past `json!`'s recursion limit.
-    let more = json!({
         "DecodeRequest": { "type": "object", "required": ["ids"], "properties": {
             "ids": { "oneOf": [ids, { "type": "array", "items": ids, "minItems": 1 }] },
             "skip_special_tokens": { "type": "boolean", "default": true } } },
         "DecodeResponse": { "type": "array", "items": { "type": "string" } },
+    })
+}
+
+/// `/ready` and `/info`.
+fn ops(_: &Fragments) -> Value {
+    json!({
+        "Ready": { "type": "object", "required": ["ready", "draining", "healthy_replicas", "replicas"], "properties": {
+            "ready": { "type": "boolean" }, "draining": { "type": "boolean" },
+            "healthy_replicas": { "type": "integer" }, "replicas": { "type": "integer" } } },
         "Info": { "type": "object", "required": ["model_id", "model_sha", "model_dtype", "served_model_name", "model_type",
                                                   "max_concurrent_requests", "max_input_length", "max_batch_tokens",
                                                   "max_batch_requests", "max_client_batch_size", "auto_truncate",
@@ -283,9 +367,5 @@ fn schemas(config: &Config) -> Value {
             "kinds": { "type": "array", "items": { "type": "string", "enum": ["dense", "sparse", "multi_vector", "score"] } },
             "prompts": { "type": "array", "items": { "type": "string" } },
             "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" } } },
-    });
-    if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
-        all.extend(more);
-    }
-    all
+    })
 }

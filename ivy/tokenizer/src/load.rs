@@ -3,14 +3,14 @@
 //! Every component is parsed strictly: an unknown component type or an
 //! unknown field means the file uses something this code does not
 //! implement, and [`parse`] says so (the caller then uses the Hugging Face
-//! backend). Nothing is silently approximated.
+//! backend). Nothing is silently approximated. The schema is `load/schema.rs`;
+//! this file builds the pipeline from it.
 
-use std::borrow::Cow;
+mod schema;
+
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 
 use base64::Engine;
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::added::{AddedToken, AddedVocab};
@@ -22,208 +22,13 @@ use crate::pretokenizers::{PreTokenizer, PrependScheme, Stage};
 use crate::unigram::Unigram;
 use crate::wordpiece::WordPiece;
 
+use self::schema::{
+    AddedTokenJson, File, ModelJson, NormalizerJson, PatternJson, PieceJson, PostJson,
+    PreTokenizerJson, PrependSchemeJson, SequenceId, VocabJson,
+};
+
 /// Why a file is not handled in-house.
 pub(crate) type Unsupported = String;
-
-#[derive(Deserialize)]
-struct File<'a> {
-    #[serde(default, borrow)]
-    version: Option<Cow<'a, str>>,
-    #[serde(default)]
-    added_tokens: Vec<AddedTokenJson>,
-    #[serde(default)]
-    normalizer: Option<NormalizerJson>,
-    #[serde(default)]
-    pre_tokenizer: Option<PreTokenizerJson>,
-    #[serde(default)]
-    post_processor: Option<PostJson>,
-    #[serde(borrow)]
-    model: ModelJson<'a>,
-    /// Only `decode` uses it: Hugging Face's own decoder components, which
-    /// are small pure functions over token strings (no reason to re-write
-    /// them, and using them keeps `decode` identical by construction).
-    #[serde(default)]
-    decoder: Option<tokenizers::decoders::DecoderWrapper>,
-    // `truncation` and `padding` are per call; Hugging Face ignores any
-    // other top-level key too.
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AddedTokenJson {
-    #[allow(dead_code)]
-    id: u32,
-    content: String,
-    single_word: bool,
-    lstrip: bool,
-    rstrip: bool,
-    normalized: bool,
-    special: bool,
-}
-
-// Variant names are the JSON type tags.
-#[allow(clippy::upper_case_acronyms)]
-#[derive(Deserialize)]
-#[serde(tag = "type", deny_unknown_fields)]
-enum NormalizerJson {
-    BertNormalizer {
-        clean_text: bool,
-        handle_chinese_chars: bool,
-        strip_accents: Option<bool>,
-        lowercase: bool,
-    },
-    Precompiled {
-        precompiled_charsmap: String,
-    },
-    NFC {},
-    NFD {},
-    NFKC {},
-    NFKD {},
-    Lowercase {},
-    Replace {
-        pattern: PatternJson,
-        content: String,
-    },
-    Sequence {
-        normalizers: Vec<NormalizerJson>,
-    },
-}
-
-#[derive(Deserialize)]
-enum PatternJson {
-    String(String),
-    Regex(String),
-}
-
-#[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "snake_case")]
-enum PrependSchemeJson {
-    First,
-    Never,
-    Always,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", deny_unknown_fields)]
-enum PreTokenizerJson {
-    WhitespaceSplit {},
-    BertPreTokenizer {},
-    Metaspace {
-        replacement: char,
-        #[serde(default)]
-        add_prefix_space: Option<bool>,
-        #[serde(default)]
-        prepend_scheme: Option<PrependSchemeJson>,
-        #[serde(default)]
-        split: Option<bool>,
-        #[serde(default)]
-        #[allow(dead_code)]
-        str_rep: Option<String>,
-    },
-    Sequence {
-        pretokenizers: Vec<PreTokenizerJson>,
-    },
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", deny_unknown_fields)]
-enum PostJson {
-    TemplateProcessing {
-        single: Vec<PieceJson>,
-        pair: Vec<PieceJson>,
-        special_tokens: HashMap<String, SpecialTokenJson>,
-    },
-    BertProcessing {
-        sep: (String, u32),
-        cls: (String, u32),
-    },
-}
-
-/// A template part. Type ids are not part of Ivy's output.
-#[derive(Deserialize)]
-enum PieceJson {
-    Sequence {
-        id: SequenceId,
-        #[serde(rename = "type_id")]
-        _type_id: u32,
-    },
-    SpecialToken {
-        id: String,
-        #[serde(rename = "type_id")]
-        _type_id: u32,
-    },
-}
-
-#[derive(Deserialize, PartialEq, Eq)]
-enum SequenceId {
-    A,
-    B,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpecialTokenJson {
-    #[allow(dead_code)]
-    id: String,
-    ids: Vec<u32>,
-    #[allow(dead_code)]
-    tokens: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ModelJson<'a> {
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    #[serde(borrow)]
-    vocab: VocabJson<'a>,
-    // Unigram
-    #[serde(default)]
-    unk_id: Option<usize>,
-    #[serde(default)]
-    byte_fallback: Option<bool>,
-    // WordPiece
-    #[serde(default)]
-    unk_token: Option<String>,
-    #[serde(default)]
-    continuing_subword_prefix: Option<String>,
-    #[serde(default)]
-    max_input_chars_per_word: Option<usize>,
-}
-
-/// A Unigram vocabulary (list of `[piece, score]`) or a WordPiece one
-/// (map of piece to id, in file order).
-enum VocabJson<'a> {
-    Scored(Vec<(Cow<'a, str>, f64)>),
-    Ids(Vec<(Cow<'a, str>, u32)>),
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for VocabJson<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = VocabJson<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of [piece, score] or a map of piece to id")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-                while let Some((p, s)) = seq.next_element::<(Cow<'a, str>, f64)>()? {
-                    out.push((p, s));
-                }
-                Ok(VocabJson::Scored(out))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some((p, id)) = map.next_entry::<Cow<'a, str>, u32>()? {
-                    out.push((p, id));
-                }
-                Ok(VocabJson::Ids(out))
-            }
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
-}
 
 /// Parses `json` into the in-house pipeline, or says why it cannot (an
 /// unsupported component, or a file Hugging Face must judge).
