@@ -108,7 +108,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="send the batches from tasks on a Ray cluster: ADDRESS (ray://..., host:port, auto), "
                         "else RAY_ADDRESS, else a local cluster; the output, the resume and the bad rows are "
-                        "the same as without it (needs pip install 'tulip-rose[ray]'; put INPUT before "
+                        "the same as without it (needs Ray: pip install -e '.[ray]' in a clone; put INPUT before "
                         "a bare --ray)")
     return p
 

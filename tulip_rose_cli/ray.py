@@ -1,4 +1,4 @@
-"""Bulk embedding on a Ray cluster (``pip install 'tulip-rose[ray]'``).
+"""Bulk embedding on a Ray cluster (the ``ray`` extra: ``pip install -e '.[ray]'`` in a clone).
 
 Two Ray Data callable classes for ``Dataset.map_batches``, one per shape of
 cluster:

@@ -192,7 +192,7 @@ def test_sidecar_settings_are_real_flags(colocated):
     _, objects = colocated
     tulip_known = {_env_name(o) for a in parser()._actions for o in a.option_strings if o.startswith("--")}
     assert "TULIP_UNIX_SOCKET" in tulip_known
-    ivy_known = {name for path in (REPO / "ivy" / "src").glob("*.rs")
+    ivy_known = {name for path in (REPO / "ivy" / "src").rglob("*.rs")
                  for name in re.findall(r'env = "(IVY_[A-Z_]+)"', path.read_text())}
     assert set(env(container(one(objects, "Deployment", "tulip"), "ivy"))) <= ivy_known
 

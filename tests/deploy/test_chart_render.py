@@ -323,7 +323,7 @@ CONNECTIONS = {"headerTimeoutSeconds": ("IVY_HEADER_TIMEOUT", 5), "bodyTimeoutSe
 def test_connection_settings_reach_ivy_and_the_sidecar_as_real_flags(helm_bin):
     sets = {f"ivy.connections.{k}": v for k, (_, v) in CONNECTIONS.items()}
     objects = render(sets={**sets, "tulip.colocatedIvy.enabled": True})
-    known = {name for path in (REPO / "ivy" / "src").glob("*.rs")
+    known = {name for path in (REPO / "ivy" / "src").rglob("*.rs")
              for name in re.findall(r'env = "(IVY_[A-Z_]+)"', path.read_text())}
     for component in ("ivy", "tulip"):
         ivy = env(container(one(objects, "Deployment", component), "ivy"))
