@@ -9,7 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tulip_rose_cli import readers, writers
+from tulip_rose_cli import readers, serve, writers
 from tulip_rose_cli.run import DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
 
 EMBED_HELP = """\
@@ -51,7 +51,7 @@ and a rerun continues."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tulip-rose", description="Clients of the tulip-rose serving stack.")
+    p = argparse.ArgumentParser(prog="tulip-rose", description="Serve models with the tulip-rose stack, and use it.")
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("embed", help="embed a file of documents through Ivy, resumably",
                        description=EMBED_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,11 +91,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--fresh", action="store_true", help="discard a previous run's OUTPUT.partial/ and start over")
     g.add_argument("--progress-every", type=float, metavar="S", default=10.0,
                    help="seconds between progress lines when stderr is not a terminal (default %(default)s)")
+    serve.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "serve":
+        return serve.run(args)
     for name in ("batch_size", "concurrency", "dimensions"):
         value = getattr(args, name)
         if value is not None and value < 1:
