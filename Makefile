@@ -29,9 +29,10 @@ native: $(VENV)/.deps
 ivy:
 	$(CARGO) build --profile dist -p ivy
 
-## run: Ivy + one Tulip replica on the embedded default model
+## run: `tulip-rose serve` on the embedded default model (one Tulip replica
+## per GPU, or one on the CPU, behind Ivy); ARGS="--model ..." adds flags
 run: install
-	VENV=$(VENV) ./deploy/run_local.sh
+	VENV=$(VENV) ./deploy/run_local.sh $(ARGS)
 
 ## test: every Rust and Python test
 test: install test-rust test-python
