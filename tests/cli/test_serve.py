@@ -1,10 +1,10 @@
 """``tulip-rose serve`` end to end: the command runs as a subprocess and
 starts real Tulip replicas and a real Ivy. Its vectors must match
-sentence-transformers on the same weights (the embedded MiniLM, and a
-seeded model directory with two replicas); the request it prints must work
-as printed; SIGTERM must leave none of its children behind; a child killed
-with SIGKILL must make it exit 1 naming that child; bad usage must be
-refused before anything starts."""
+sentence-transformers on the same weights (the embedded MiniLM, a seeded
+model directory with two replicas, and a Hub id from an offline cache);
+the request it prints must work as printed; SIGTERM must leave none of its
+children behind; a child killed with SIGKILL must make it exit 1 naming
+that child; bad usage must be refused before anything starts."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from tests.support import models
+from tests.support.fake_hub import files_of, hub_cache
 from tests.support.fixtures import corpus_lines
 from tests.support.servers import IVY_BIN, REPO, free_port, wait_for
 from tests.support.vectors import cosines
@@ -191,13 +192,30 @@ def test_missing_ivy_binary_says_how_to_get_one(tmp_path):
     assert f"IVY_BIN {tmp_path / 'no-ivy'} is not an executable file" in proc.stderr
 
 
-def test_json_output_labels_every_line_with_its_process(serves, log_dir):
-    """--json-output: the command's lines and its children's are JSON
-    objects naming their process; stopped during start-up, it still exits 0."""
-    s = Serve("--json-output", "--max-batch-tokens", "2048", log_dir=log_dir)
+def test_hub_id_and_json_output(serves, tmp_path, log_dir):
+    """A Hub id (from an offline Hugging Face cache laid out as
+    huggingface_hub writes it) is served under that id; --json-output makes
+    every line, the command's and its children's, a JSON object naming its
+    process; Ctrl-C (SIGINT) stops it with exit 0."""
+    from sentence_transformers import SentenceTransformer
+
+    model_dir = models.tiny_bert(tmp_path / "tiny-bert", seed=5)
+    hub_cache(tmp_path / "hub", "acme/tiny-bert", files_of(model_dir), "0123456789abcdef0123456789abcdef01234567")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    s = Serve("--model", "acme/tiny-bert", "--json-output", "--max-batch-tokens", "2048", log_dir=log_dir, env=env)
     serves.append(s)
-    wait_for(lambda: '"process": "tulip-0"' in s.log() and '"process": "ivy"' in s.log(),
-             "a log line of each child", timeout=120)
+    wait_for(lambda: s.proc.poll() is not None or '"message": "ready"' in s.log(), "the ready line", timeout=180)
+    assert s.proc.poll() is None, s.log()[-4000:]
+
+    req = urllib.request.Request(s.url + "/v1/embeddings", data=json.dumps({"input": TEXTS}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = json.loads(r.read())
+    assert body["model"] == "acme/tiny-bert"
+    want = SentenceTransformer(str(model_dir), device="cpu").encode(TEXTS, normalize_embeddings=True)
+    assert cosines([d["embedding"] for d in body["data"]], want).min() >= 0.999
+
     s.proc.send_signal(signal.SIGINT)
     assert s.wait() == 0, s.log()[-4000:]
     records = [json.loads(line) for line in s.log().splitlines() if line.strip()]
