@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: install native ivy run test test-rust test-python bench infinity lint clean gpu-bundle
+.PHONY: install native ivy wheels run test test-rust test-python bench infinity lint clean gpu-bundle
 
 ## install: virtualenv with torch and test tools, the Tulip extension, Ivy
 install: $(VENV)/.deps native ivy
@@ -28,6 +28,12 @@ native: $(VENV)/.deps
 ## ivy: the gateway binary, optimised as shipped (target/dist/ivy)
 ivy:
 	$(CARGO) build --profile dist -p ivy
+
+## wheels: dist/ gets the tulip-rose wheel (Tulip's extension as abi3, ROSE,
+## the CLI) and tulip-rose-ivy (the Ivy binary, packaging/ivy); installing
+## both needs no Rust toolchain (docs/serve.md, "Wheels")
+wheels: $(VENV)/.deps
+	$(PIP) wheel --no-deps --no-build-isolation -w dist . packaging/ivy
 
 ## run: `tulip-rose serve` on the embedded default model (one Tulip replica
 ## per GPU, or one on the CPU, behind Ivy); ARGS="--model ..." adds flags
