@@ -63,12 +63,15 @@ def _env_bool(name: str) -> bool:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    # Defaults from the environment stay strings: argparse converts them
+    # with the flag's type, so a bad value is a usage error, not a crash of
+    # every subcommand.
     env = os.environ.get
     s = sub.add_parser("serve", help="serve a model: Tulip replicas and Ivy in front, as one command",
                        description=SERVE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--model", action="append", metavar="ID_OR_DIR",
                    help="model directory or Hub id (env TULIP_MODEL; default: the embedded all-MiniLM-L6-v2)")
-    s.add_argument("--replicas", type=int, default=int(env("TULIP_ROSE_REPLICAS", "0")), metavar="N",
+    s.add_argument("--replicas", type=int, default=env("TULIP_ROSE_REPLICAS", "0"), metavar="N",
                    help="Tulip replicas (env TULIP_ROSE_REPLICAS; default: one per visible GPU, else one), "
                         "spread over the GPUs round-robin")
     s.add_argument("--device", default=env("TULIP_DEVICE", "auto"),
@@ -77,9 +80,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g = s.add_argument_group("Ivy (the gateway)")
     g.add_argument("--host", default=env("IVY_HOST", "0.0.0.0"), help="address Ivy listens on (env IVY_HOST; "
                    "default %(default)s)")
-    g.add_argument("--port", type=int, default=int(env("IVY_PORT", "8080")),
+    g.add_argument("--port", type=int, default=env("IVY_PORT", "8080"),
                    help="Ivy's HTTP port (env IVY_PORT; default %(default)s)")
-    g.add_argument("--grpc-port", type=int, default=int(env("IVY_GRPC_PORT", "8081")),
+    g.add_argument("--grpc-port", type=int, default=env("IVY_GRPC_PORT", "8081"),
                    help="Ivy's gRPC port (env IVY_GRPC_PORT; default %(default)s)")
     g.add_argument("--api-key", metavar="KEY", default=env("IVY_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (env IVY_API_KEY; handed to Ivy in its "
@@ -91,7 +94,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--ivy-bin", metavar="PATH", default=env("IVY_BIN"),
                    help="the Ivy binary (env IVY_BIN; default: target/dist/ivy in a clone, else `ivy` next to "
                         "this Python or on PATH)")
-    g.add_argument("--ivy-arg", action="append", default=shlex.split(env("TULIP_ROSE_IVY_ARGS", "")),
+    g.add_argument("--ivy-arg", action="extend", type=shlex.split, default=shlex.split(env("TULIP_ROSE_IVY_ARGS", "")),
                    metavar="ARGS", help="more Ivy flags, split like a shell line; repeatable "
                                         "(env TULIP_ROSE_IVY_ARGS)")
     g = s.add_argument_group("Tulip (the replicas)")
@@ -100,17 +103,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "fp32 on CPU)")
     g.add_argument("--max-batch-tokens", type=int, default=env("TULIP_MAX_BATCH_TOKENS"), metavar="N",
                    help="most tokens in one engine step (env TULIP_MAX_BATCH_TOKENS; Tulip's default)")
-    g.add_argument("--tulip-metrics-port", type=int, default=int(env("TULIP_ROSE_TULIP_METRICS_PORT", "0")),
+    g.add_argument("--tulip-metrics-port", type=int, default=env("TULIP_ROSE_TULIP_METRICS_PORT", "0"),
                    metavar="PORT", help="replica i serves /metrics on PORT+i (env TULIP_ROSE_TULIP_METRICS_PORT; "
                                         "default 0: off, Ivy's /metrics stays on)")
-    g.add_argument("--tulip-arg", action="append", default=shlex.split(env("TULIP_ROSE_TULIP_ARGS", "")),
+    g.add_argument("--tulip-arg", action="extend", type=shlex.split, default=shlex.split(env("TULIP_ROSE_TULIP_ARGS", "")),
                    metavar="ARGS", help="more Tulip flags, split like a shell line; repeatable "
                                         "(env TULIP_ROSE_TULIP_ARGS)")
     g = s.add_argument_group("running")
-    g.add_argument("--drain-timeout", type=float, default=float(env("TULIP_ROSE_DRAIN_TIMEOUT", "30")), metavar="S",
+    g.add_argument("--drain-timeout", type=float, default=env("TULIP_ROSE_DRAIN_TIMEOUT", "30"), metavar="S",
                    help="seconds each side may take to finish in-flight requests on stop (env "
                         "TULIP_ROSE_DRAIN_TIMEOUT; default %(default)s)")
-    g.add_argument("--start-timeout", type=float, default=float(env("TULIP_ROSE_START_TIMEOUT", "600")),
+    g.add_argument("--start-timeout", type=float, default=env("TULIP_ROSE_START_TIMEOUT", "600"),
                    metavar="S", help="seconds to wait for Ivy to be ready (env TULIP_ROSE_START_TIMEOUT; "
                                      "default %(default)s)")
     g.add_argument("--json-output", action="store_true", default=_env_bool("TULIP_ROSE_JSON_OUTPUT"),

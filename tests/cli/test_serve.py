@@ -154,10 +154,13 @@ def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, s
 
 
 def test_model_dir_two_replicas_and_a_killed_child(serves, tmp_path, log_dir):
+    """A model directory on two replicas, flags passed through to each side,
+    then one replica killed: serve names it and exits 1, leaving nothing."""
     from sentence_transformers import SentenceTransformer
 
     model_dir = models.tiny_bert(tmp_path / "tiny-bert", seed=3)
-    s = Serve("--model", str(model_dir), "--replicas", "2", log_dir=log_dir)
+    s = Serve("--model", str(model_dir), "--replicas", "2", "--tulip-arg=--threads=1",
+              "--ivy-arg", f"--max-inputs {len(TEXTS)}", log_dir=log_dir)
     serves.append(s)
     s.wait_ready()
     pids = s.child_pids()
@@ -165,6 +168,13 @@ def test_model_dir_two_replicas_and_a_killed_child(serves, tmp_path, log_dir):
 
     want = SentenceTransformer(str(model_dir), device="cpu").encode(TEXTS, normalize_embeddings=True)
     assert cosines(s.embed(TEXTS), want).min() >= 0.999
+
+    # --ivy-arg reached Ivy: one input over its limit is refused.
+    req = urllib.request.Request(s.url + "/v1/embeddings", data=json.dumps({"input": TEXTS + ["x"]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code in (413, 422) and str(len(TEXTS)) in refused.value.read().decode()
 
     os.kill(pids["tulip-1"], signal.SIGKILL)
     assert s.wait() == 1, s.log()[-4000:]
