@@ -106,7 +106,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--tulip-metrics-port", type=int, default=env("TULIP_ROSE_TULIP_METRICS_PORT", "0"),
                    metavar="PORT", help="replica i serves /metrics on PORT+i (env TULIP_ROSE_TULIP_METRICS_PORT; "
                                         "default 0: off, Ivy's /metrics stays on)")
-    g.add_argument("--tulip-arg", action="extend", type=shlex.split, default=shlex.split(env("TULIP_ROSE_TULIP_ARGS", "")),
+    g.add_argument("--tulip-arg", action="extend", type=shlex.split,
+                   default=shlex.split(env("TULIP_ROSE_TULIP_ARGS", "")),
                    metavar="ARGS", help="more Tulip flags, split like a shell line; repeatable "
                                         "(env TULIP_ROSE_TULIP_ARGS)")
     g = s.add_argument_group("running")
