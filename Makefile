@@ -37,8 +37,10 @@ wheels: $(VENV)/.deps
 
 ## run: `tulip-rose serve` on the embedded default model (one Tulip replica
 ## per GPU, or one on the CPU, behind Ivy); ARGS="--model ..." adds flags
+# exec: the shell make starts is replaced, so a signal sent to make's child
+# reaches `serve` (which drains) rather than a shell that would leave it running.
 run: install
-	VENV=$(VENV) ./deploy/run_local.sh $(ARGS)
+	VENV=$(VENV) exec ./deploy/run_local.sh $(ARGS)
 
 ## test: every Rust and Python test
 test: install test-rust test-python
