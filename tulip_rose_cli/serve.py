@@ -294,11 +294,17 @@ class Child:
             self.reader.join(timeout=2)  # the pipe's last lines
         return "\n".join(self.tail) or "(no output)"
 
-    def stop(self, timeout: float) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    def terminate(self) -> None:
+        if not self.exited():
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float, signalled: bool = False) -> None:
+        """SIGTERM (unless ``signalled`` already: a second one could cut
+        Tulip's drain short), then SIGKILL after ``timeout`` seconds."""
         if self.exited():
             return
-        self.proc.send_signal(signal.SIGTERM)
+        if not signalled:
+            self.terminate()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -443,11 +449,10 @@ class Stack:
         for c in ivy:
             c.stop(margin)
         tulips = [c for c in self.children if c.name != "ivy"]
+        for c in tulips:  # all drain at once
+            c.terminate()
         for c in tulips:
-            if not c.exited():
-                c.proc.send_signal(signal.SIGTERM)
-        for c in tulips:
-            c.stop(margin)
+            c.stop(margin, signalled=True)
         for c in self.children:
             if c.reader is not None:
                 c.reader.join(timeout=2)
