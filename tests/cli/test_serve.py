@@ -2,9 +2,10 @@
 starts real Tulip replicas and a real Ivy. Its vectors must match
 sentence-transformers on the same weights (the embedded MiniLM, a seeded
 model directory with two replicas, and a Hub id from an offline cache);
-the request it prints must work as printed; SIGTERM must leave none of its
-children behind; a child killed with SIGKILL must make it exit 1 naming
-that child; bad usage must be refused before anything starts."""
+the request it prints must work as printed; SIGTERM must let a request in
+flight finish and leave none of its children behind; a child killed with
+SIGKILL must make it exit 1 naming that child; bad usage must be refused
+before anything starts."""
 
 from __future__ import annotations
 
@@ -119,6 +120,15 @@ def serves():
             s.kill_all()
 
 
+def in_flight(s: Serve) -> float:
+    """Ivy's ``ivy_requests_in_flight`` gauge."""
+    with urllib.request.urlopen(s.url + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("ivy_requests_in_flight "):
+                return float(line.split()[1])
+    raise AssertionError("no ivy_requests_in_flight in /metrics")
+
+
 def printed_curl(stdout: str) -> list[str]:
     """The request of the banner, as an argument list (its line
     continuation joined)."""
@@ -145,7 +155,17 @@ def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, s
     want = st_minilm.encode(["What is an embedding?", "A vector that captures meaning."], normalize_embeddings=True)
     assert cosines(got, want).min() >= 0.999
 
+    # SIGTERM while a large request is in flight: it is answered in full,
+    # then every child is gone.
+    baseline = in_flight(s)
+    big = corpus_lines("calibration_miracl.txt")[:300] * 2
+    answer: list = []
+    sender = threading.Thread(target=lambda: answer.append(s.embed(big)))
+    sender.start()
+    wait_for(lambda: in_flight(s) > baseline, "the large request to be in flight", every=0.02)
     s.proc.send_signal(signal.SIGTERM)
+    sender.join(120)
+    assert answer and answer[0].shape == (len(big), 384)
     assert s.wait() == 0, s.log()[-4000:]
     left = [name for name, pid in pids.items() if alive(pid)]
     assert not left, f"still running after SIGTERM: {left}"
