@@ -26,6 +26,7 @@ COMMANDS = {
     "isolation": "isolation",
     "bulk": "bulk",
     "tracing": "tracing",
+    "ray": "ray",
 }
 
 
@@ -42,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
                    help="bulk: documents in the file (default 20000, times --scale)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="reliability: the few-minute mode (default); sim: a small run (the benchmark dry run)")
+                      help="reliability: the few-minute mode (default); sim: a small run (the benchmark dry run); ray: 2,000 documents")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="reliability: the full mode (about an hour; the committed figures)")
     p.add_argument("--only", default=None,
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     module = importlib.import_module(f"bench.{COMMANDS[args.command]}")
     started = now()
-    opts = module.options(args.scale)
+    # `ray --quick`: a tenth of the documents (the full run takes many minutes).
+    opts = module.options(0.1 if args.command == "ray" and args.mode == "quick" else args.scale)
     if args.docs is not None and "docs" in opts:
         opts["docs"] = args.docs
     with Stack(args.model, threads=args.threads) as stack:

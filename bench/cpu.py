@@ -1,5 +1,5 @@
 """The CPU suite (``make bench``): every row of the CPU table in
-BENCHMARKS.md with its baseline measured in the same run, the published
+``bench/TARGETS.md`` with its baseline measured in the same run, the published
 charts' shapes at CPU sizes, the overlap comparison, and a dry run of the GPU
 script. Writes each benchmark's files, the plots, and ``README.md`` (the
 summary against the targets) into one results folder."""
@@ -111,7 +111,7 @@ def _row(name, baseline, target, measured, met, detail):
 
 
 def _targets(data: dict, out: Path) -> list[dict]:
-    """Each CPU target of BENCHMARKS.md with the measured ratio."""
+    """Each CPU target of bench/TARGETS.md with the measured ratio."""
     rows = []
     sp = tokenizer.speedups(out)
     xlmr = [v for k, v in sp.items() if "xlm" in k.lower()]
@@ -189,7 +189,7 @@ def _summary(data, outcome, writer: Writer, pngs, elapsed, gates, load) -> str:
         "this shared 2-core machine mean little; the ratios are the result.  ",
         f"Load average (1/5/15 min) at the start {load['start']}, at the end {load['end']} "
         f"({len(os.sched_getaffinity(0))} usable cores).", "",
-        "## The CPU targets (BENCHMARKS.md)", "",
+        "## The CPU targets (bench/TARGETS.md)", "",
         table(["benchmark", "baseline (same run)", "target", "measured", "", "details"],
               [[t["benchmark"], t["baseline"], t["target"], t["measured"], mark[t["met"]], t["detail"]]
                for t in targets]), "",

@@ -74,9 +74,23 @@ def _tokenizer_identity(path: Path) -> dict[str, str]:
 
 
 def resolve_device(device: str) -> torch.device:
+    """``device`` as a torch device; one that cannot be used here is a
+    ``ValueError`` with one line to say why (torch's own would surface deep
+    in the model load, as a traceback)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not one of auto, cpu, cuda, cuda:N, sim") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "this PyTorch is built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+            raise ValueError(f"device {device!r}: {why}; pass --device cpu (or auto)")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device {device!r}: only {count} GPU(s) are visible (cuda:0 to cuda:{count - 1})")
+    return dev
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:

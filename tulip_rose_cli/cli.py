@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 
 from tulip_rose_cli import readers, serve, writers
-from tulip_rose_cli.run import DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
+from tulip_rose_cli.run import BAD_ROWS, DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
 
 EMBED_HELP = """\
 Embed every row of INPUT through a running Ivy gateway and write the vectors
@@ -19,8 +19,9 @@ to OUTPUT in input order.
 Input (by suffix, or --format): text (.txt, a document per line), JSONL
 (.jsonl, the --field), CSV/TSV (.csv/.tsv with a header row, the --column),
 Parquet (.parquet, the --column). Ids come from --id-column when given
-(kept as strings), else they are the 1-based line numbers (0-based row
-numbers for Parquet).
+(kept as strings), else they are the rows' numbers: the n-th data row of
+any format has id n, counted from 1 (a CSV/TSV header row is not counted;
+for text and JSONL this is the line number).
 
 Output (by suffix, or --output-format): Parquet (columns id and embedding;
 id, indices, values for --kind sparse; id, embeddings for --kind
@@ -29,8 +30,9 @@ JSON value per line in OUTPUT-stem.ids.jsonl).
 
 Bad rows (empty, not UTF-8, not parseable, or rejected by Ivy, e.g. over the
 model's length limit with --no-truncate) are left out of the output and
-listed with their row, line and id in OUTPUT.errors.jsonl; the run goes on
-unless --strict. When Ivy rejects a batch, its rows are retried one by one
+listed with their row (numbered as the ids are), line (where the row starts
+in the file; null for Parquet) and id in OUTPUT.errors.jsonl; the run goes
+on unless --strict, and ends with exit code 5. When Ivy rejects a batch, its rows are retried one by one
 to find the bad ones.
 
 Resumable: finished batches are kept in OUTPUT.partial/ until the output is
@@ -38,16 +40,22 @@ written. After Ctrl-C, a killed process or a gateway outage, rerun the same
 command: it continues where it stopped and the output equals a one-shot
 run's. A changed input or option is refused (pass --fresh to start over).
 Requests that fail with 429, 502, 503, 504, a timeout or no connection are
-retried with exponential backoff and jitter for up to --retry-for seconds.
+retried with exponential backoff and jitter while the gateway has been
+failing for less than --retry-for seconds: one clock for the whole run,
+started by the first failure and stopped by the next success.
 
 Each request carries "priority": "batch", so a gateway that separates
 traffic classes serves interactive queries first.
 
-Exit codes: 0 done (bad rows, if any, are in the errors file); 1 --strict
-and a bad row was found; 2 bad usage, unreadable input, or a resume refused;
-3 the gateway failed past the retries (or refused the key); 4 an unexpected
-error; 130 interrupted. After 1, 3, 4 and 130 the finished batches are kept
-and a rerun continues."""
+With --ray [ADDRESS] the batches are sent from tasks on a Ray cluster
+(docs/bulk-on-a-cluster.md); everything else above holds unchanged.
+
+Exit codes: 0 done, every row embedded; 1 --strict and a bad row was found;
+2 bad usage, unreadable input, an unknown --prompt-name, or a resume
+refused; 3 the gateway failed past the retries (or refused the key); 4 an
+unexpected error; 5 done, but some rows were bad: the output holds the
+others and OUTPUT.errors.jsonl lists them; 130 interrupted. After 1, 3, 4
+and 130 the finished batches are kept and a rerun continues."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,15 +66,16 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("input", type=Path, metavar="INPUT", help="the documents")
     e.add_argument("--out", "-o", type=Path, required=True, metavar="OUTPUT", help="the vectors (.parquet or .npy)")
     e.add_argument("--url", default=os.environ.get("IVY_URL", "http://127.0.0.1:8080"),
-                   help="Ivy's HTTP address (env IVY_URL; default %(default)s)")
+                   help="Ivy's HTTP address; the OpenAI clients' base URL (ending in /v1) works too "
+                        "(env IVY_URL; default %(default)s)")
     e.add_argument("--api-key", metavar="KEY", default=os.environ.get("IVY_API_KEY"),
                    help="sent as 'Authorization: Bearer KEY' (env IVY_API_KEY)")
     g = e.add_argument_group("input")
     g.add_argument("--format", dest="input_format", choices=readers.FORMATS, help="input format (default: by suffix)")
     g.add_argument("--field", "--column", dest="column", metavar="NAME",
-                   help="the text's JSONL field or CSV/TSV/Parquet column (default: text)")
+                   help=f"the text's JSONL field or CSV/TSV/Parquet column (default: {readers.DEFAULT_COLUMN})")
     g.add_argument("--id-field", "--id-column", dest="id_column", metavar="NAME",
-                   help="the ids' field or column (default: line numbers, or row numbers for Parquet)")
+                   help="the ids' field or column (default: the rows' numbers, from 1, header not counted)")
     g = e.add_argument_group("output")
     g.add_argument("--output-format", choices=writers.OUTPUT_FORMATS, help="output format (default: by suffix)")
     g.add_argument("--kind", choices=list(KINDS), default="dense",
@@ -74,7 +83,9 @@ def parser() -> argparse.ArgumentParser:
                         "default %(default)s")
     g.add_argument("--overwrite", action="store_true", help="replace an existing OUTPUT")
     g = e.add_argument_group("embedding")
-    g.add_argument("--prompt-name", metavar="NAME", help="a prompt template the gateway knows (e.g. document)")
+    g.add_argument("--prompt-name", metavar="NAME",
+                   help="a prompt template the gateway knows (its /info lists them under prompts; checked "
+                        "before the run starts)")
     g.add_argument("--dimensions", type=int, metavar="N", help="Matryoshka: keep the first N dimensions, renormalised")
     g.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=True,
                    help="cut inputs over the model's length limit (default); with --no-truncate they are bad rows")
@@ -86,11 +97,19 @@ def parser() -> argparse.ArgumentParser:
                    help="requests in flight (default: 2 per healthy replica, from the gateway's /ready)")
     g.add_argument("--timeout", type=float, metavar="S", default=120.0, help="seconds per HTTP request (default %(default)s)")
     g.add_argument("--retry-for", type=float, metavar="S", default=600.0,
-                   help="seconds to keep retrying a failing request before stopping (default %(default)s)")
-    g.add_argument("--strict", action="store_true", help="stop at the first bad row, exit code 1")
+                   help="seconds the gateway may keep failing before the run stops: one budget for the "
+                        "whole run, reset by each success (default %(default)s)")
+    g.add_argument("--strict", action="store_true",
+                   help="stop at the first bad row, exit code 1 (without it, bad rows end the run with exit "
+                        f"code {BAD_ROWS})")
     g.add_argument("--fresh", action="store_true", help="discard a previous run's OUTPUT.partial/ and start over")
     g.add_argument("--progress-every", type=float, metavar="S", default=10.0,
                    help="seconds between progress lines when stderr is not a terminal (default %(default)s)")
+    g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="send the batches from tasks on a Ray cluster: ADDRESS (ray://..., host:port, auto), "
+                        "else RAY_ADDRESS, else a local cluster; the output, the resume and the bad rows are "
+                        "the same as without it (needs pip install 'tulip-rose[ray]'; put INPUT before "
+                        "a bare --ray)")
     serve.add_parser(sub)
     return p
 
@@ -108,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                    kind=args.kind, batch_size=args.batch_size, concurrency=args.concurrency,
                    prompt_name=args.prompt_name, dimensions=args.dimensions, truncate=args.truncate,
                    strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
-                   timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every)
+                   timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every,
+                   ray=args.ray)
     try:
         return Run(opts).run()
     except KeyboardInterrupt:  # before the batches start, or while assembling

@@ -33,6 +33,9 @@ class ApiError(Exception):
         self.status = status
         self.message = message
 
+    def __reduce__(self):  # pickled by Ray, from a task to the driver
+        return type(self), (self.status, self.message)
+
 
 class Rejected(ApiError):
     """Ivy rejected the request's content (400/413/422): a bad row."""
@@ -42,8 +45,11 @@ class Rejected(ApiError):
 class Retry:
     """Backoff: the n-th retry waits ``base * 2**n`` seconds, at most
     ``cap``, times a random factor in [0.5, 1] (so clients that failed
-    together do not retry together), until ``give_up_after`` seconds have
-    passed since the first failure."""
+    together do not retry together), until the gateway has been failing
+    for ``give_up_after`` seconds. That budget is one for the whole client
+    (``Ivy``): its clock starts at the first failure of any request and
+    stops at the next success, so set-up calls made one after another and
+    requests in flight together share it instead of each waiting it out."""
 
     base: float = 0.25
     cap: float = 10.0
@@ -80,7 +86,9 @@ class Ivy:
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port or (443 if self._https else 80)
-        self._prefix = parts.path.rstrip("/")
+        # The base URL an OpenAI client is given ends in /v1; Ivy's routes
+        # (/info, /embed_sparse, /v1/embeddings) hang off the root.
+        self._prefix = parts.path.rstrip("/").removesuffix("/v1")
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -88,6 +96,10 @@ class Ivy:
         self.retry = retry
         self._on_retry = on_retry or (lambda status, message, delay: None)
         self._local = threading.local()
+        # When the gateway started failing (None: the last answer was a
+        # success): the one clock of the retry budget.
+        self._failing_since: float | None = None
+        self._lock = threading.Lock()
 
     # One request, no retries.
 
@@ -125,13 +137,16 @@ class Ivy:
         """(headers, body) of a 2xx answer, retrying what can be retried;
         raises ``Rejected`` for 400/413/422, ``ApiError`` otherwise."""
         body = None if payload is None else json.dumps(payload, ensure_ascii=False).encode()
-        first_failure, attempt = None, 0
+        attempt = 0
         while True:
             try:
                 status, headers, data = self._once(method, path, body)
                 retry_after = _seconds(headers.get("retry-after"))
             except (OSError, http.client.HTTPException) as e:
                 status, data, retry_after = 0, f"no answer from {self._host}:{self._port}: {e!r}".encode(), None
+            if status and status not in RETRYABLE:
+                with self._lock:  # the gateway answered: it is not failing
+                    self._failing_since = None
             if 200 <= status < 300:
                 return headers, data
             message = _message(data)
@@ -140,8 +155,11 @@ class Ivy:
             if status and status not in RETRYABLE:
                 raise ApiError(status, message)
             now = time.monotonic()
-            first_failure = first_failure or now
-            if now - first_failure > self.retry.give_up_after:
+            with self._lock:
+                if self._failing_since is None:
+                    self._failing_since = now
+                failing_for = now - self._failing_since
+            if failing_for > self.retry.give_up_after:
                 raise ApiError(status, f"{message} (still failing after {self.retry.give_up_after:.0f}s of retries)")
             delay = self.retry.delay(attempt, retry_after)
             self._on_retry(status, message, delay)
@@ -175,6 +193,42 @@ class Ivy:
         if len(rows) != len(texts):
             raise ApiError(200, f"asked for {len(texts)} embeddings, got {len(rows)}")
         return Embedded(rows, tokens)
+
+    def embed_rows(self, kind: str, texts: list[str], options: dict) -> tuple[list, dict[int, str], int]:
+        """Embeddings of ``texts`` where Ivy takes them: (outputs, None for
+        each text Ivy rejected; text index → why; tokens). When Ivy
+        rejects the request, some text in it is bad: the texts are sent one
+        at a time to find which."""
+        try:
+            res = self.embed(kind, texts, options)
+            return res.rows, {}, res.tokens
+        except Rejected:
+            pass
+        outputs: list = []
+        errors: dict[int, str] = {}
+        tokens = 0
+        for i, text in enumerate(texts):
+            try:
+                res = self.embed(kind, [text], options)
+            except Rejected as e:
+                outputs.append(None)
+                errors[i] = f"rejected by Ivy (HTTP {e.status}): {e.message}"
+                continue
+            outputs.append(res.rows[0])
+            tokens += res.tokens
+        return outputs, errors, tokens
+
+
+def request_options(truncate: bool = True, prompt_name: str | None = None, dimensions: int | None = None,
+                    priority: str = "batch") -> dict:
+    """The body fields of a bulk request: bulk work goes in Ivy's ``batch``
+    priority class, so interactive queries are served first."""
+    body = {"truncate": truncate, "priority": priority}
+    if prompt_name:
+        body["prompt_name"] = prompt_name
+    if dimensions:
+        body["dimensions"] = dimensions
+    return body
 
 
 def _seconds(value: str | None) -> float | None:

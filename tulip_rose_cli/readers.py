@@ -4,7 +4,13 @@ field), CSV/TSV (a column) and Parquet (a column).
 Every data row of the file becomes one ``Row``, in file order, good or bad:
 a row that cannot be sent (empty, not UTF-8, not valid JSON, the field
 missing or not a string) carries the reason instead of a text, so row
-positions never shift and bad rows can be reported by line."""
+positions never shift and bad rows can be reported by line.
+
+Row numbers, one rule for every format: a row's number is its position
+among the data rows, counted from 1 (a CSV/TSV header is not a data row).
+Without an id column a row's id is its number, and the errors file's "row"
+is the same number; its "line" is where the row starts in the file (for
+text and JSONL the same as the number; none for Parquet)."""
 
 from __future__ import annotations
 
@@ -26,16 +32,31 @@ class InputError(Exception):
 
 @dataclass(frozen=True)
 class Row:
-    """One data row: ``index`` counts data rows from 0, ``line`` is the
-    1-based line of the file it starts on (None for Parquet), ``id`` the
-    value of the id column, or the line number (the row index for Parquet)
-    when no id column is given. Exactly one of ``text`` and ``bad`` is set."""
+    """One data row: ``index`` counts data rows from 0 (its number is
+    ``row_number(index)``), ``line`` is the 1-based line of the file it
+    starts on (None for Parquet), ``id`` the value of the id column, or the
+    row's number when no id column is given. Exactly one of ``text`` and
+    ``bad`` is set."""
 
     index: int
     line: int | None
     id: object
     text: str | None = None
     bad: str | None = None
+
+
+DEFAULT_COLUMN = "text"
+
+
+def row_number(index: int) -> int:
+    """The number of the data row at 0-based ``index``: the default id and
+    the errors file's "row", in every format."""
+    return index + 1
+
+
+def text_column(fmt: str, column: str | None) -> str | None:
+    """The field or column the texts are read from (None for text files)."""
+    return None if fmt == "text" else column or DEFAULT_COLUMN
 
 
 def detect_format(path: Path, given: str | None) -> str:
@@ -55,7 +76,7 @@ def fingerprint(path: Path) -> dict:
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _check_text(text: str) -> str | None:
+def check_text(text: str) -> str | None:
     """Why a decoded text cannot be embedded, or None."""
     if not text.strip():
         return "empty"
@@ -70,24 +91,24 @@ def _check_text(text: str) -> str | None:
 def _text_rows(path: Path) -> Iterator[Row]:
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
-            line = i + 1
+            line = num = row_number(i)
             raw = raw.rstrip(b"\n").rstrip(b"\r")
             if i == 0 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
-                yield Row(i, line, line, bad="not UTF-8")
+                yield Row(i, line, num, bad="not UTF-8")
                 continue
-            bad = _check_text(text)
-            yield Row(i, line, line, None if bad else text, bad)
+            bad = check_text(text)
+            yield Row(i, line, num, None if bad else text, bad)
 
 
 def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
             line = i + 1
-            fallback = line
+            fallback = row_number(i)
             try:
                 obj = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError:
@@ -109,7 +130,7 @@ def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
             elif not isinstance(text, str):
                 yield Row(i, line, rid, bad=f"field {field!r} is not a string")
             else:
-                bad = _check_text(text)
+                bad = check_text(text)
                 yield Row(i, line, rid, None if bad else text, bad)
 
 
@@ -133,22 +154,22 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
             return
         for name in filter(None, (column, id_column)):
             if name not in header:
-                raise InputError(f"{path} has no column {name!r}; its columns are {header}")
+                raise InputError(_no_column(path, name, column, header))
         col, id_col = header.index(column), header.index(id_column) if id_column else None
         start = reader.line_num + 1
         for i, record in enumerate(_records(reader, path)):
             line = start
             start = reader.line_num + 1
-            rid = line
+            rid = num = row_number(i)
             if id_col is not None:
                 rid = record[id_col] if id_col < len(record) else None
-                if rid is None or _check_text(rid) == "not UTF-8":
-                    yield Row(i, line, line, bad="no id" if rid is None else "id not UTF-8")
+                if rid is None or check_text(rid) == "not UTF-8":
+                    yield Row(i, line, num, bad="no id" if rid is None else "id not UTF-8")
                     continue
             if col >= len(record):
                 yield Row(i, line, rid, bad=f"no column {column!r} in this record")
                 continue
-            bad = _check_text(record[col])
+            bad = check_text(record[col])
             yield Row(i, line, rid, None if bad else record[col], bad)
 
 
@@ -168,30 +189,42 @@ def _parquet_rows(path: Path, column: str, id_column: str | None) -> Iterator[Ro
     names = pf.schema_arrow.names
     for name in filter(None, (column, id_column)):
         if name not in names:
-            raise InputError(f"{path} has no column {name!r}; its columns are {names}")
+            raise InputError(_no_column(path, name, column, names))
     i = 0
     for batch in pf.iter_batches(columns=[c for c in (column, id_column) if c], batch_size=4096):
         texts = batch.column(column).to_pylist()
         ids = batch.column(id_column).to_pylist() if id_column else None
         for j, text in enumerate(texts):
-            rid = _id_value(ids[j]) if ids else i
+            rid = _id_value(ids[j]) if ids else row_number(i)
             if rid is None:
-                yield Row(i, None, i, bad="no id")
+                yield Row(i, None, row_number(i), bad="no id")
             elif text is None:
                 yield Row(i, None, rid, bad="empty")
             elif not isinstance(text, str):
                 yield Row(i, None, rid, bad=f"column {column!r} is not a string")
             else:
-                bad = _check_text(text)
+                bad = check_text(text)
                 yield Row(i, None, rid, None if bad else text, bad)
             i += 1
+
+
+def _no_column(path: Path, name: str, column: str, names: list) -> str:
+    default = " (the default of --column)" if name == column == DEFAULT_COLUMN else ""
+    return f"{path} has no column {name!r}{default}; its columns are {names}"
+
+
+def check(path: Path, fmt: str, column: str | None, id_column: str | None) -> None:
+    """Raises ``InputError`` when ``path`` cannot be read with these options
+    (a missing column, an id column on a text file), before a run writes
+    anything: the reader checks its header before the first row."""
+    next(iter(rows(path, fmt, column, id_column)), None)
 
 
 def rows(path: Path, fmt: str, column: str | None, id_column: str | None) -> Iterator[Row]:
     """Every data row of ``path`` in order. ``column`` names the text field
     (JSONL) or column (CSV/TSV/Parquet; default ``text``); ``id_column``
-    the ids (default: line numbers, or row indices for Parquet)."""
-    column = column or "text"
+    the ids (default: the rows' numbers, see the module's docstring)."""
+    column = column or DEFAULT_COLUMN
     if fmt == "text":
         if id_column:
             raise InputError("a text file has no id column: use JSONL, CSV/TSV or Parquet for ids")

@@ -13,12 +13,14 @@ from itertools import islice
 from pathlib import Path
 
 from tulip_rose_cli import readers, writers
-from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry
+from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
-# Exit codes (documented in --help and the README).
-OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 4, 130
+# Exit codes (documented in --help and docs/bulk-embedding.md). BAD_ROWS: the output
+# was written but some rows are not in it, so a pipeline that checks only
+# the status never takes a short (or empty) file for a complete one.
+OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, BAD_ROWS, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 KINDS = {"dense": "dense", "sparse": "sparse", "multi-vector": "multi_vector"}
 DEFAULT_BATCH = 64
 
@@ -53,6 +55,8 @@ class Options:
     timeout: float = 120.0
     retry_for: float = 600.0
     progress_every: float = 10.0
+    # --ray: None runs here; "" on a local Ray cluster; else the cluster's address.
+    ray: str | None = None
 
 
 def _batches(rows, size: int):
@@ -96,7 +100,15 @@ class Run:
         except (readers.InputError, ValueError) as e:
             raise Exit(USAGE, str(e)) from None
         if "parquet" in (in_fmt, out_fmt) and importlib.util.find_spec("pyarrow") is None:
-            raise Exit(USAGE, "Parquet needs pyarrow: pip install 'tulip-rose[cli]'")
+            raise Exit(USAGE, "Parquet needs pyarrow: pip install pyarrow (or, in a clone, pip install -e '.[cli]')")
+        if o.ray is not None and importlib.util.find_spec("ray") is None:
+            raise Exit(USAGE, "--ray needs Ray: pip install 'ray[data]' (or, in a clone, pip install -e '.[ray]')")
+        # Every option is checked before anything is written: a mistyped
+        # column must not leave a work directory that blocks the fixed rerun.
+        try:
+            readers.check(o.input, in_fmt, o.column, o.id_column)
+        except readers.InputError as e:
+            raise Exit(USAGE, str(e)) from None
         kind = KINDS[o.kind]
         if out_fmt == "npy" and kind != "dense":
             raise Exit(USAGE, f"--kind {o.kind} needs Parquet output (.parquet); .npy holds dense vectors only")
@@ -109,6 +121,11 @@ class Run:
             raise Exit(SERVER, f"cannot get {o.url}/info: {e}") from None
         if kind not in info.get("kinds", [kind]):
             raise Exit(USAGE, f"the model {info.get('model_id')} serves {info.get('kinds')}, not {kind}")
+        prompts = info.get("prompts")
+        if o.prompt_name and isinstance(prompts, list) and o.prompt_name not in prompts:
+            known = ", ".join(map(repr, prompts)) if prompts else "none"
+            raise Exit(USAGE, f"--prompt-name {o.prompt_name!r}: the gateway knows no such prompt (its prompts: "
+                              f"{known}; the model's own, or those of Ivy's --config [prompts])")
         most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
         batch = o.batch_size or min(DEFAULT_BATCH, most)
         if batch > most:
@@ -116,7 +133,10 @@ class Run:
         concurrency = o.concurrency or 2 * self._replicas()
         dim = o.dimensions or int(info.get("dimension") or 0)
         manifest = {
-            "input": readers.fingerprint(o.input), "input_format": in_fmt, "column": o.column,
+            "input": readers.fingerprint(o.input), "input_format": in_fmt,
+            # The column actually read (the default named), so a refused
+            # resume says "was 'body', now 'text'", not "now None".
+            "column": readers.text_column(in_fmt, o.column),
             "id_column": o.id_column, "batch_size": batch, "kind": kind, "prompt_name": o.prompt_name,
             "dimensions": o.dimensions, "truncate": o.truncate, "model_id": info.get("model_id"),
             "dimension": dim,
@@ -135,41 +155,13 @@ class Run:
     # One batch.
 
     def _process(self, k: int, rows: list[readers.Row], work: WorkDir) -> None:
-        o = self.opts
-        body = {"truncate": o.truncate, "priority": "batch"}
-        if o.prompt_name:
-            body["prompt_name"] = o.prompt_name
-        if o.dimensions:
-            body["dimensions"] = o.dimensions
-        kind = KINDS[o.kind]
-        good = [r for r in rows if r.text is not None]
-        errors = [_error(r, r.bad) for r in rows if r.bad is not None]
-        outputs, kept, tokens = [], [], 0
-        if good:
-            try:
-                res = self.ivy.embed(kind, [r.text for r in good], body)
-                outputs, kept, tokens = res.rows, good, res.tokens
-            except Rejected:
-                # Some row in the batch is bad: find which, one row at a time.
-                for r in good:
-                    try:
-                        res = self.ivy.embed(kind, [r.text], body)
-                    except Rejected as e:
-                        errors.append(_error(r, f"rejected by Ivy (HTTP {e.status}): {e.message}"))
-                        continue
-                    outputs.append(res.rows[0])
-                    kept.append(r)
-                    tokens += res.tokens
-        widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
-        if widths - {self.dim}:  # the file's vector column has one width
-            raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, "
-                                f"not the {self.dim} it announced")
-        errors.sort(key=lambda e: e["row"])
-        chunk = Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs,
-                      errors=errors, tokens=tokens)
-        work.write(k, chunk, kind, string_ids=bool(o.id_column))
-        self.progress.add(len(rows), tokens, len(errors))
-        if errors and o.strict:
+        self.store(k, len(rows), embed_batch(self.ivy, self.opts, self.dim, rows), work)
+
+    def store(self, k: int, n: int, chunk: Chunk, work: WorkDir) -> None:
+        """Keeps batch ``k`` (``n`` rows) in the work directory."""
+        work.write(k, chunk, KINDS[self.opts.kind], string_ids=bool(self.opts.id_column))
+        self.progress.add(n, chunk.tokens, len(chunk.errors))
+        if chunk.errors and self.opts.strict:
             self.strict_hit = True
             self.stop.set()
 
@@ -182,6 +174,45 @@ class Run:
             except BaseException as e:  # reported by the main thread
                 self.failure = self.failure or e
                 self.stop.set()
+
+    def _todo(self, work: WorkDir, in_fmt: str, size: int):
+        """(k, rows) of each batch not yet in the work directory, in input
+        order, until the input ends or the run stops; ``self.chunks`` counts
+        the batches seen."""
+        o = self.opts
+        try:
+            rows = readers.rows(o.input, in_fmt, o.column, o.id_column)
+            for k, batch_rows in enumerate(_batches(rows, size)):
+                if self.stop.is_set():
+                    return
+                self.chunks = k + 1
+                if work.done(k):
+                    self.progress.skip(len(batch_rows))
+                    continue
+                yield k, batch_rows
+        except readers.InputError as e:
+            self.failure = Exit(USAGE, str(e))
+            self.stop.set()
+
+    def _run_threads(self, work: WorkDir, todo, concurrency: int) -> None:
+        """The batches sent from ``concurrency`` threads of this process."""
+        jobs: queue.Queue = queue.Queue(maxsize=concurrency)
+        threads = [threading.Thread(target=self._worker, args=(jobs, work), daemon=True)
+                   for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for item in todo:
+            while not self.stop.is_set():
+                try:
+                    jobs.put(item, timeout=0.2)
+                    break
+                except queue.Full:
+                    pass
+        for _ in threads:
+            jobs.put(None)
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
 
     # The whole run.
 
@@ -197,36 +228,15 @@ class Run:
         if already:
             self.say(f"resuming: {already} batches of {batch} already in {work.path}")
         self.progress = Progress(readers.count(o.input, in_fmt), every=o.progress_every, stream=self.stream)
-        jobs: queue.Queue = queue.Queue(maxsize=concurrency)
-        threads = [threading.Thread(target=self._worker, args=(jobs, work), daemon=True)
-                   for _ in range(concurrency)]
-        for t in threads:
-            t.start()
-        chunks = 0
+        self.chunks = 0
         try:
-            try:
-                rows = readers.rows(o.input, in_fmt, o.column, o.id_column)
-                for k, batch_rows in enumerate(_batches(rows, batch)):
-                    if self.stop.is_set():
-                        break
-                    chunks = k + 1
-                    if work.done(k):
-                        self.progress.skip(len(batch_rows))
-                        continue
-                    while not self.stop.is_set():
-                        try:
-                            jobs.put((k, batch_rows), timeout=0.2)
-                            break
-                        except queue.Full:
-                            pass
-            except readers.InputError as e:
-                self.failure = Exit(USAGE, str(e))
-                self.stop.set()
-            for _ in threads:
-                jobs.put(None)
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.2)
+            if o.ray is not None:
+                from tulip_rose_cli.ray import run_batches
+
+                self.say(f"on Ray ({o.ray or 'a local cluster'}): {concurrency} batches in flight")
+                run_batches(self, work, self._todo(work, in_fmt, batch), concurrency, o.ray or None)
+            else:
+                self._run_threads(work, self._todo(work, in_fmt, batch), concurrency)
         except KeyboardInterrupt:
             self.stop.set()
             self.progress.close()
@@ -240,10 +250,11 @@ class Run:
             raise Exit(code, f"stopped: {self.failure}; finished batches are kept in {work.path}: "
                              "rerun the same command to continue") from self.failure
         if self.strict_hit:
-            n = writers.write_errors(work, chunks, o.output)
+            n = writers.write_errors(work, self.chunks, o.output)
             raise Exit(STRICT_BAD_ROWS, f"--strict: stopped at bad rows ({n} so far, listed in "
                                         f"{writers.errors_path(o.output)}); finished batches are kept in "
                                         f"{work.path}")
+        chunks = self.chunks
         missing = [k for k in range(chunks) if not work.done(k)]
         if missing:  # cannot happen without a failure above; never assemble a file with holes
             raise Exit(INTERNAL, f"batches {missing[:10]} are missing from {work.path}; rerun to redo them")
@@ -251,10 +262,38 @@ class Run:
                                         manifest["dimension"], bool(o.id_column))
         work.remove()
         where = f", ids in {writers.ids_path(o.output)}" if out_fmt == "npy" else ""
-        bad_note = f"; {bad} bad rows in {writers.errors_path(o.output)}" if bad else ""
-        self.say(f"{self.progress.line()}\nwrote {written:,} rows to {o.output}{where}{bad_note}")
+        self.say(f"{self.progress.line()}\nwrote {written:,} rows to {o.output}{where}")
+        if bad:
+            raise Exit(BAD_ROWS, f"{bad:,} bad rows were left out of {o.output} (of {written + bad:,}); "
+                                 f"each is listed with its reason in {writers.errors_path(o.output)}")
         return OK
 
 
+def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> Chunk:
+    """One batch's outputs and bad rows: a pure function of the rows and
+    the options, so a Ray task (``--ray``) computes the very chunk a
+    worker thread does."""
+    kind = KINDS[opts.kind]
+    good = [r for r in rows if r.text is not None]
+    errors = [_error(r, r.bad) for r in rows if r.bad is not None]
+    outputs, kept, tokens = [], [], 0
+    if good:
+        body = request_options(opts.truncate, opts.prompt_name, opts.dimensions)
+        got, rejected, tokens = ivy.embed_rows(kind, [r.text for r in good], body)
+        for i, (r, out) in enumerate(zip(good, got)):
+            if i in rejected:
+                errors.append(_error(r, rejected[i]))
+            else:
+                outputs.append(out)
+                kept.append(r)
+    widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
+    if widths - {dim}:  # the file's vector column has one width
+        raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, not the {dim} it announced")
+    errors.sort(key=lambda e: e["row"])
+    return Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs, errors=errors,
+                 tokens=tokens)
+
+
 def _error(row: readers.Row, reason: str) -> dict:
-    return {"row": row.index, "line": row.line, "id": row.id, "error": reason}
+    # "row" is the row's number as the ids count it (readers.row_number).
+    return {"row": readers.row_number(row.index), "line": row.line, "id": row.id, "error": reason}

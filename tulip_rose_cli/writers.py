@@ -92,23 +92,39 @@ def _npy(work: WorkDir, chunks: int, output: Path, dim: int) -> int:
     return n
 
 
+def columns(kind: str, outputs: list, dim: int) -> dict:
+    """The output columns of ``outputs`` (None for a row with no output,
+    a null in every column): ``embedding`` (fixed-size lists of ``dim``
+    float32) for dense; ``indices`` (int32) and ``values`` (float32) lists
+    for sparse; ``embeddings`` (lists of ``dim``-wide float32 vectors) for
+    multi-vector."""
+    import pyarrow as pa
+
+    nulls = [o is None for o in outputs]
+    mask = pa.array(nulls, type=pa.bool_()) if any(nulls) else None
+    if kind == "dense":
+        rows = [np.zeros(dim, np.float32) if o is None else o for o in outputs]
+        flat = pa.array(np.concatenate(rows).astype(np.float32, copy=False) if rows else np.zeros(0, np.float32))
+        return {"embedding": pa.FixedSizeListArray.from_arrays(flat, dim, mask=mask)}
+    present = [o for o in outputs if o is not None]
+    lengths = [0 if o is None else len(o[0] if kind == "sparse" else o) for o in outputs]
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int32))
+    if kind == "sparse":
+        idx = pa.array(np.concatenate([i for i, _ in present] or [np.zeros(0, np.int32)]).astype(np.int32))
+        val = pa.array(np.concatenate([v for _, v in present] or [np.zeros(0, np.float32)]).astype(np.float32))
+        return {"indices": pa.ListArray.from_arrays(offsets, idx, mask=mask),
+                "values": pa.ListArray.from_arrays(offsets, val, mask=mask)}
+    flat = pa.array(np.concatenate(present).reshape(-1).astype(np.float32, copy=False) if present
+                    else np.zeros(0, np.float32))
+    vectors = pa.FixedSizeListArray.from_arrays(flat, dim)
+    return {"embeddings": pa.ListArray.from_arrays(offsets, vectors, mask=mask)}
+
+
 def _arrow_table(kind: str, ids: list, outputs: list, dim: int, string_ids: bool):
     import pyarrow as pa
 
     id_col = pa.array(ids, type=pa.string() if string_ids else pa.int64())
-    if kind == "dense":
-        flat = pa.array(np.concatenate(outputs) if outputs else np.zeros(0, np.float32))
-        return pa.table({"id": id_col, "embedding": pa.FixedSizeListArray.from_arrays(flat, dim)})
-    offsets = pa.array(np.concatenate([[0], np.cumsum([len(o[0] if kind == "sparse" else o)
-                                                       for o in outputs], dtype=np.int64)]).astype(np.int32))
-    if kind == "sparse":
-        idx = pa.array(np.concatenate([i for i, _ in outputs] or [np.zeros(0, np.int32)]).astype(np.int32))
-        val = pa.array(np.concatenate([v for _, v in outputs] or [np.zeros(0, np.float32)]))
-        return pa.table({"id": id_col, "indices": pa.ListArray.from_arrays(offsets, idx),
-                         "values": pa.ListArray.from_arrays(offsets, val)})
-    flat = pa.array(np.concatenate(outputs).reshape(-1) if outputs else np.zeros(0, np.float32))
-    vectors = pa.FixedSizeListArray.from_arrays(flat, dim)
-    return pa.table({"id": id_col, "embeddings": pa.ListArray.from_arrays(offsets, vectors)})
+    return pa.table({"id": id_col, **columns(kind, outputs, dim)})
 
 
 def _parquet(work: WorkDir, chunks: int, output: Path, kind: str, dim: int, string_ids: bool) -> int:

@@ -74,7 +74,7 @@ class Sizes:
         self.score_length = 64 if dry else 512
         self.score_batches = [5, 25, 50]
         self.score_rounds = 2 if dry else 15
-        # BENCHMARKS.md's batch chart: three lengths for BGE-M3, 512 for the rest.
+        # The batch chart of bench/TARGETS.md: three lengths for BGE-M3, 512 for the rest.
         self.tput_lengths = {"bge-m3": [32] if dry else [512, 1024, 4096]}
         self.tput_default = [32] if dry else [512]
         self.tput_batch, self.tput_clients, self.tput_requests = (20, 2, 1) if dry else (100, 4, 2)

@@ -124,7 +124,7 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
     return out
 
 
-def isolation(fleet, on, idle_seconds: float, index_requests: int, rounds: int) -> dict:
+def isolation(fleet, on, idle_seconds: float, index_requests: int, rounds: int, query_rate: float = 20.0) -> dict:
     """``bench/isolation.py``'s scenario on the simulated device with the GPU
     defaults (steps filled with batch work, never shrunk): priority classes
     (``on`` = (tulip, ivy) with defaults) vs one first-come-first-served
@@ -136,7 +136,7 @@ def isolation(fleet, on, idle_seconds: float, index_requests: int, rounds: int) 
     try:
         stack = types.SimpleNamespace(model_dir=fleet.model_dir, threads=0)
         data, md = iso.measure(stack, {"priority": on, "fcfs": (fcfs_tulip, fcfs_ivy)}, rounds, index_clients=3,
-                               index_requests=index_requests, query_rate=20.0, query_threads=64,
+                               index_requests=index_requests, query_rate=query_rate, query_threads=64,
                                idle_seconds=idle_seconds)
     finally:
         fleet.stop(fcfs_ivy)

@@ -29,8 +29,14 @@ pub enum ApiError {
     /// Nothing to process.
     #[error("{0}")]
     Empty(String),
-    #[error("request body is larger than the limit of {limit} bytes")]
+    #[error("request body is larger than the limit of {limit} bytes (Ivy's --max-body-bytes)")]
     PayloadTooLarge { limit: usize },
+    /// No route at this path.
+    #[error("{0}")]
+    RouteNotFound(String),
+    /// The path exists, not with this method.
+    #[error("{0}")]
+    MethodNotAllowed(String),
     #[error("{0}")]
     Unauthorized(String),
     /// Over the concurrency limit: refused at once, not queued.
@@ -94,6 +100,8 @@ impl ApiError {
             Self::Validation { .. } => "validation",
             Self::Empty(_) => "empty",
             Self::PayloadTooLarge { .. } => "too_large",
+            Self::RouteNotFound(_) => "route_not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::Unauthorized(_) => "unauthorized",
             Self::Overloaded(_) => "overloaded",
             Self::Unavailable(_) => "unavailable",
@@ -119,7 +127,8 @@ impl ApiError {
             | Self::Unsupported(_)
             | Self::UpstreamInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -157,7 +166,8 @@ impl ApiError {
             }
             Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
-            Self::ModelNotFound(_) => (StatusCode::NOT_FOUND, "Validation"),
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) => (StatusCode::NOT_FOUND, "Validation"),
+            Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "Validation"),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             Self::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "Overloaded"),
             Self::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "Unhealthy"),
@@ -182,19 +192,17 @@ impl ApiError {
             Self::Unauthorized(_) => Code::Unauthenticated,
             Self::Unavailable(_) => Code::Unavailable,
             Self::Unsupported(_) => Code::FailedPrecondition,
-            Self::ModelNotFound(_) => Code::NotFound,
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) => Code::NotFound,
+            Self::MethodNotAllowed(_) => Code::Unimplemented,
             Self::Timeout(_) | Self::ClientTimeout(_) => Code::DeadlineExceeded,
             Self::Upstream(_) | Self::Internal(_) => Code::Internal,
         }
     }
 
-    /// OpenAI's `error.code`: a string where OpenAI defines one, else the
-    /// status.
+    /// OpenAI's `error.code`: always a string, as OpenAI's clients type it
+    /// (`model_not_found` is OpenAI's own; the others are Ivy's labels).
     pub fn openai_code(&self) -> serde_json::Value {
-        match self {
-            Self::ModelNotFound(_) => "model_not_found".into(),
-            _ => self.openai_status().as_u16().into(),
-        }
+        self.kind().into()
     }
 
     /// Whether the failure is Ivy's or a replica's rather than the caller's
@@ -238,6 +246,8 @@ mod tests {
             ApiError::Unavailable("m".into()),
             ApiError::Unsupported("m".into()),
             ApiError::ModelNotFound("m".into()),
+            ApiError::RouteNotFound("m".into()),
+            ApiError::MethodNotAllowed("m".into()),
             ApiError::Timeout("m".into()),
             ApiError::ClientTimeout("m".into()),
             ApiError::UpstreamInvalid("m".into()),

@@ -112,14 +112,14 @@ async fn listeners(config: &Config) -> Result<(Listener, Listener), String> {
         _ => (None, None),
     };
     let http = Listener::new(
-        bind(&config.host, config.port).await?,
+        bind(&config.host, config.port, "--port").await?,
         http_tls,
         net.max_connections,
         net.timeouts(),
         "http",
     );
     let grpc = Listener::new(
-        bind(&config.host, config.grpc_port).await?,
+        bind(&config.host, config.grpc_port, "--grpc-port").await?,
         grpc_tls,
         net.max_connections,
         net.timeouts(),
@@ -175,11 +175,12 @@ async fn serve(
     Ok(())
 }
 
-async fn bind(host: &str, port: u16) -> Result<TcpListener, String> {
+/// Binds `flag`'s listener; the error names the flag to change.
+async fn bind(host: &str, port: u16, flag: &str) -> Result<TcpListener, String> {
     let addr = format!("{host}:{port}");
     TcpListener::bind(&addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+        .map_err(|e| format!("cannot listen on {addr} ({flag}): {e}; pass another {flag}"))
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -54,7 +54,7 @@ impl Gateway {
     pub fn tokenizer(&self) -> Result<Arc<Tokenizer>, ApiError> {
         self.model
             .tokenizer()
-            .ok_or_else(crate::upstream::no_replica)
+            .ok_or_else(|| crate::upstream::no_replica(&self.replicas))
     }
 
     /// The names the model is served under: `--served-model-name`, else the

@@ -20,7 +20,7 @@ from .base import EmbeddingModel, StepInputs
 from .layers import activation, copy_linear, copy_norm
 from .modernbert import layer_kinds
 from .padded import PaddedAttention, window_mask
-from .qwen3 import apply_rope, rope_table
+from .rope import apply_rope, rope_at, rope_table, rope_thetas
 from .sentence import SentenceHead
 
 
@@ -36,18 +36,6 @@ class GemmaRMSNorm(nn.Module):
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * (1.0 + self.weight.float())).type_as(x)
-
-
-def rope_thetas(cfg: dict) -> dict[str, float]:
-    params = cfg.get("rope_parameters") or {}
-    out = {}
-    for kind, old_key, default in (("full_attention", "rope_theta", 1_000_000.0),
-                                   ("sliding_attention", "rope_local_base_freq", 10_000.0)):
-        p = params.get(kind) or {}
-        if p.get("rope_type", "default") != "default":
-            raise ModelLoadError(f"Gemma3 RoPE scaling {p.get('rope_type')!r} ({kind}) is not supported")
-        out[kind] = float(p.get("rope_theta", cfg.get(old_key, default)))
-    return out
 
 
 class Gemma3Layer(nn.Module):
@@ -130,7 +118,9 @@ class Gemma3Embedder(EmbeddingModel):
                                     for kind in self.kinds_per_layer)
         self.norm = GemmaRMSNorm(hidden, float(cfg.get("rms_norm_eps", 1e-6)))
         head_dim = int(cfg.get("head_dim") or hidden // int(cfg["num_attention_heads"]))
-        for kind, theta in rope_thetas(cfg).items():
+        thetas = rope_thetas(cfg, "Gemma3", {"full_attention": ("rope_theta", 1_000_000.0),
+                                             "sliding_attention": ("rope_local_base_freq", 10_000.0)})
+        for kind, theta in thetas.items():
             self.register_buffer(f"rope_{kind}", rope_table(head_dim, theta, spec.max_length), persistent=False)
         self.sentence = SentenceHead(spec.pipeline, hidden)
         self.dimension = self.sentence.dimension
@@ -138,12 +128,7 @@ class Gemma3Embedder(EmbeddingModel):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         h = self.embed(x.token_ids) * self.embed_scale
-        tables = {}
-        for kind in set(self.kinds_per_layer):
-            table = getattr(self, f"rope_{kind}")
-            # A graph bucket's filler segment may run past the table; its
-            # rows are discarded.
-            tables[kind] = table[x.positions.long().clamp_max(table.shape[0] - 1)].unsqueeze(2).unbind(1)
+        tables = {kind: rope_at(getattr(self, f"rope_{kind}"), x.positions) for kind in set(self.kinds_per_layer)}
         local_plan = self.local.plan_for(x, h.shape[0], lambda lay, slots: window_mask(lay, slots, self.window)) \
             if "sliding_attention" in self.kinds_per_layer else None
         for layer, kind in zip(self.layers, self.kinds_per_layer):

@@ -11,17 +11,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ModelLoadError
-from ..loader import WeightReader
+from ..loader import WeightReader, read_file
 from .base import StepInputs
 from .layers import copy_linear, first_token_index, rows_after_first
 
 
 def _read_linear_state(path: Path) -> dict[str, torch.Tensor]:
     """A ``Linear``'s state dict saved with ``torch.save`` (tensors only)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises several unrelated types
-        raise ModelLoadError(f"cannot read {path}: {e}") from e
+    state = read_file(path)
     if not isinstance(state, dict) or "weight" not in state:
         raise ModelLoadError(f"{path} is not a Linear layer's state dict (no 'weight')")
     return state

@@ -19,7 +19,7 @@ from ..pooling import pool
 from .base import EmbeddingModel, StepInputs
 from .layers import activation, copy_linear, copy_norm
 from .padded import PaddedAttention, window_mask
-from .qwen3 import apply_rope, rope_table
+from .rope import apply_rope, rope_at, rope_table, rope_thetas
 from .sentence import SentenceHead
 
 
@@ -34,19 +34,6 @@ def layer_kinds(cfg: dict) -> list[str]:
     if len(kinds) != n or set(kinds) - {"full_attention", "sliding_attention"}:
         raise ModelLoadError(f"layer_types {kinds} does not give full/sliding attention for {n} layers")
     return list(kinds)
-
-
-def rope_thetas(cfg: dict) -> dict[str, float]:
-    """RoPE base per layer kind (plain RoPE only)."""
-    params = cfg.get("rope_parameters") or {}
-    out = {}
-    for kind, old_key, default in (("full_attention", "global_rope_theta", 160000.0),
-                                   ("sliding_attention", "local_rope_theta", 10000.0)):
-        p = params.get(kind) or {}
-        if p.get("rope_type", "default") != "default":
-            raise ModelLoadError(f"RoPE scaling {p.get('rope_type')!r} is not supported for ModernBERT")
-        out[kind] = float(p.get("rope_theta", cfg.get(old_key, default)))
-    return out
 
 
 class ModernBertLayer(nn.Module):
@@ -108,7 +95,8 @@ class ModernBertEmbedder(EmbeddingModel):
             for i, kind in enumerate(self.kinds_per_layer)
         )
         self.final_norm = nn.LayerNorm(hidden, eps=eps, bias=bias)
-        thetas = rope_thetas(cfg)
+        thetas = rope_thetas(cfg, "ModernBERT", {"full_attention": ("global_rope_theta", 160000.0),
+                                                 "sliding_attention": ("local_rope_theta", 10000.0)})
         for kind, theta in thetas.items():
             self.register_buffer(f"rope_{kind}", rope_table(hidden // heads, theta, spec.max_length), persistent=False)
         self.sentence = SentenceHead(spec.pipeline, hidden) if spec.pipeline else None
@@ -117,13 +105,7 @@ class ModernBertEmbedder(EmbeddingModel):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         h = self.embed_norm(self.embed(x.token_ids))
-        tables = {}
-        for kind in set(self.kinds_per_layer):
-            table = getattr(self, f"rope_{kind}")
-            # A graph bucket's filler segment may run past the table; its
-            # rows are discarded.
-            pos = x.positions.long().clamp_max(table.shape[0] - 1)
-            tables[kind] = table[pos].unsqueeze(2).unbind(1)
+        tables = {kind: rope_at(getattr(self, f"rope_{kind}"), x.positions) for kind in set(self.kinds_per_layer)}
         local_plan = self.local.plan_for(x, h.shape[0], lambda lay, slots: window_mask(lay, slots, self.window)) \
             if "sliding_attention" in self.kinds_per_layer else None
         for layer, kind in zip(self.layers, self.kinds_per_layer):

@@ -18,7 +18,7 @@ from ..errors import ModelLoadError
 from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
 from .layers import activation, copy_fused, copy_linear, copy_norm
-from .qwen3 import apply_rope, rope_table
+from .rope import apply_rope, rope_at, rope_table, rope_theta
 from .sentence import SentenceHead
 
 
@@ -67,26 +67,21 @@ class NomicBertEmbedder(EmbeddingModel):
         if "hidden_size" not in cfg and "n_embd" in cfg:
             raise ModelLoadError(f"{spec.path}: a NomicBERT config.json in the remote-code layout (n_embd, ...) is "
                                  "not supported; use one saved by transformers' NomicBertModel")
-        params = cfg.get("rope_parameters") or {}
-        if params.get("rope_type", "default") != "default":
-            raise ModelLoadError(f"NomicBERT RoPE scaling {params.get('rope_type')!r} is not supported")
         hidden = int(cfg["hidden_size"])
         self.word = nn.Embedding(int(cfg["vocab_size"]), hidden)
         self.token_type = nn.Embedding(max(int(cfg.get("type_vocab_size", 1)), 1), hidden)
         self.norm = nn.LayerNorm(hidden, eps=float(cfg.get("layer_norm_eps", 1e-12)))
         self.layers = nn.ModuleList(NomicBertLayer(cfg, backend) for _ in range(int(cfg["num_hidden_layers"])))
         head_dim = int(cfg.get("head_dim") or hidden // int(cfg["num_attention_heads"]))
-        theta = float(params.get("rope_theta", cfg.get("rope_theta", 1000.0)))
-        self.register_buffer("rope", rope_table(head_dim, theta, spec.max_length), persistent=False)
+        self.register_buffer("rope", rope_table(head_dim, rope_theta(cfg, default=1000.0), spec.max_length),
+                             persistent=False)
         self.sentence = SentenceHead(spec.pipeline, hidden)
         self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         h = self.norm(self.word(x.token_ids) + self.token_type.weight[0])
-        # A graph bucket's filler segment may run past the table; its rows
-        # are discarded.
-        cos, sin = self.rope[x.positions.long().clamp_max(self.rope.shape[0] - 1)].unsqueeze(2).unbind(1)
+        cos, sin = rope_at(self.rope, x.positions)
         for layer in self.layers:
             h = layer(h, cos, sin, x.plan)
         return h

@@ -17,33 +17,8 @@ from ..interface import OutputKind
 from ..loader import WeightReader
 from .base import EmbeddingModel, StepInputs
 from .layers import RMSNorm, copy_fused, copy_linear, copy_norm
+from .rope import apply_rope, rope_at, rope_table, rope_theta
 from .sentence import SentenceHead
-
-
-def rope_theta(cfg: dict) -> float:
-    """The RoPE base; only plain (unscaled) RoPE is supported."""
-    params = cfg.get("rope_parameters") or {}
-    scaling = cfg.get("rope_scaling")
-    kind = params.get("rope_type", "default")
-    if kind != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) != "default"):
-        raise ModelLoadError(f"RoPE scaling {kind if kind != 'default' else scaling} is not supported")
-    return float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-
-
-def rope_table(head_dim: int, theta: float, positions: int) -> torch.Tensor:
-    """[positions, 2, head_dim]: cos and sin per position, computed in
-    float32 as transformers does (cast to the model dtype with the model)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    freqs = torch.arange(positions, dtype=torch.float32).unsqueeze(1) * inv_freq
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return torch.stack([emb.cos(), emb.sin()], dim=1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [T, H, D]; cos, sin: [T, 1, D]."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
 
 
 class Qwen3Layer(nn.Module):
@@ -119,11 +94,7 @@ class Qwen3Embedder(EmbeddingModel):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         h = self.embed(x.token_ids)
-        # Real positions stay under the served maximum (the engine checks);
-        # a graph bucket's filler segment may run past it, and its rows are
-        # discarded, so clamping keeps the lookup in range without a branch.
-        pos = x.positions.long().clamp_max(self.rope.shape[0] - 1)
-        cos, sin = self.rope[pos].unsqueeze(2).unbind(1)
+        cos, sin = rope_at(self.rope, x.positions)
         for layer in self.layers:
             h = layer(h, cos, sin, x.plan)
         return self.norm(h)

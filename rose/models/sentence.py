@@ -5,14 +5,12 @@ is the engine's per-request ``normalize`` default."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from ..errors import ModelLoadError
+from ..loader import read_weights
 from ..pipeline import DenseStep, Pipeline
 from ..pooling import pool
 from .base import StepInputs
@@ -25,19 +23,6 @@ _ACTIVATIONS = {
     "sigmoid": torch.sigmoid,
     "silu": F.silu,
 }
-
-
-def _dense_state(folder: Path) -> dict[str, torch.Tensor]:
-    """A Dense module's weights: model.safetensors, else pytorch_model.bin."""
-    st, pt = folder / "model.safetensors", folder / "pytorch_model.bin"
-    try:
-        if st.is_file():
-            return load_file(str(st), device="cpu")
-        if pt.is_file():
-            return torch.load(pt, map_location="cpu", weights_only=True)
-    except Exception as e:  # safetensors and torch raise several unrelated types
-        raise ModelLoadError(f"cannot read the Dense weights in {folder}: {e}") from e
-    raise ModelLoadError(f"Dense module {folder} has neither model.safetensors nor pytorch_model.bin")
 
 
 class DenseLayer(nn.Module):
@@ -56,7 +41,10 @@ class DenseLayer(nn.Module):
         return self.act(F.linear(x, self.linear.weight.float(), bias))
 
     def load_file(self) -> None:
-        state = _dense_state(self.step.path)
+        try:
+            state = read_weights(self.step.path)
+        except ModelLoadError as e:
+            raise ModelLoadError(f"Dense module: {e}") from e
         for name, p in self.linear.named_parameters():
             key = f"linear.{name}"
             if key not in state:

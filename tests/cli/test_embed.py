@@ -259,13 +259,16 @@ def test_bad_rows_are_reported_by_line_and_strict_stops(stack, reference, tmp_pa
     first = [json.loads(line) for line in errors.read_text().splitlines()]
     assert first and first[0]["line"] == 6
 
-    # Without --strict the same command resumes and goes on past them.
-    cli("embed", src, "--out", out, "--url", ivy.url, "--no-truncate", "--batch-size", 8, "--concurrency", 1)
+    # Without --strict the same command resumes and goes on past them,
+    # ending with the exit code of a run with bad rows.
+    done = cli("embed", src, "--out", out, "--url", ivy.url, "--no-truncate", "--batch-size", 8,
+               "--concurrency", 1, check=False)
+    assert done.returncode == 5, done.stderr
     reported = [json.loads(line) for line in errors.read_text().splitlines()]
     assert [r["line"] for r in reported] == list(bad_lines)
     for r in reported:
         assert r["error"].startswith(bad_lines[r["line"]]), r
-        assert r["id"] == r["line"] == r["row"] + 1
+        assert r["id"] == r["line"] == r["row"]
     assert "256" in reported[2]["error"]  # Ivy's own message: the limit
     ids, got = read_dense(out)
     good = [i + 1 for i in range(len(lines)) if i + 1 not in bad_lines]

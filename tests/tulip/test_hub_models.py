@@ -88,7 +88,8 @@ def test_offline_cache_serves_by_id(tmp_path, minilm_dir, st_minilm, log_dir):
 def test_offline_missing_id_is_a_clear_error(tmp_path, log_dir):
     cache = tmp_path / "empty-cache"
     cache.mkdir()
-    r = subprocess.run([sys.executable, "-m", "tulip", "--model", "acme/not-cached@v2", "--port", "0"],
+    r = subprocess.run([sys.executable, "-m", "tulip", "--model", "acme/not-cached@v2", "--port", "0",
+                        "--metrics-port", "0"],
                        env=_env(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1"), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 2, r.stderr

@@ -183,14 +183,16 @@ impl Listeners {
         let _guard = runtime.enter();
         let grpc = runtime
             .block_on(tokio::net::TcpListener::bind(addr))
-            .map_err(|e| PyOSError::new_err(format!("cannot listen on {addr}: {e}")))?;
+            .map_err(|e| {
+                PyOSError::new_err(format!("cannot listen on {addr} (--port): {e}; pass another --port"))
+            })?;
         let unix = match &config.unix_socket {
             None => None,
             Some(path) => {
                 // A socket file left by a process that died is in the way.
                 let _ = std::fs::remove_file(path);
                 Some(tokio::net::UnixListener::bind(path).map_err(|e| {
-                    PyOSError::new_err(format!("cannot listen on unix socket {path}: {e}"))
+                    PyOSError::new_err(format!("cannot listen on unix socket {path} (--unix-socket): {e}"))
                 })?)
             }
         };
@@ -202,7 +204,10 @@ impl Listeners {
                     runtime
                         .block_on(tokio::net::TcpListener::bind(addr))
                         .map_err(|e| {
-                            PyOSError::new_err(format!("cannot listen on {addr} (metrics): {e}"))
+                            PyOSError::new_err(format!(
+                                "cannot listen on {addr} (--metrics-port): {e}; pass another \
+                                 --metrics-port (0 = off)"
+                            ))
                         })?,
                 )
             }

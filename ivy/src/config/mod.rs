@@ -18,12 +18,14 @@ use self::seconds::parse_seconds;
 pub struct Config {
     /// Tulip replicas, comma-separated gRPC URLs (e.g. http://10.0.0.5:7070).
     /// Exactly one of --tulip and --tulip-dns.
+    /// `host:port` alone means `http://host:port`.
     #[arg(
         long,
         env = "IVY_TULIP",
         value_delimiter = ',',
         required_unless_present = "tulip_dns",
-        conflicts_with = "tulip_dns"
+        conflicts_with = "tulip_dns",
+        value_parser = parse_tulip_url
     )]
     pub tulip: Vec<String>,
 
@@ -79,12 +81,12 @@ pub struct Config {
     /// maximum (true, TEI 1.9's default) or refuse them with 422 (false).
     /// `--auto-truncate` alone means true.
     #[arg(long, env = "IVY_AUTO_TRUNCATE", default_value_t = true, num_args = 0..=1,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = boolish())]
     pub auto_truncate: bool,
 
     /// Cap on the tokens per input, below the model's own maximum (0 = the
-    /// model's maximum as reported by Tulip).
-    #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0)]
+    /// model's maximum as reported by Tulip). [default: the model's maximum]
+    #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0, hide_default_value = true)]
     pub max_input_length: usize,
 
     /// Most tokens in one request, all inputs together, after templates and
@@ -109,13 +111,15 @@ pub struct Config {
     /// Small chunks bound for the same replica with the same options, read
     /// in the same turn, share one Tulip call (`false`: one call each).
     /// Under load most of a replica's CPU per request is the call itself.
-    #[arg(long, env = "IVY_COALESCE", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "IVY_COALESCE", default_value_t = true, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = boolish())]
     pub coalesce: bool,
 
     /// `Embed` calls to a `unix://` replica go as Tulip frames, one write
     /// each way instead of HTTP/2's five, when the replica offers them
     /// (`false`: gRPC). Health checks and `Info` stay on gRPC.
-    #[arg(long, env = "IVY_UNIX_FRAMES", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "IVY_UNIX_FRAMES", default_value_t = true, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = boolish())]
     pub unix_frames: bool,
 
     /// Most chunks of one request in flight per healthy replica (0 = all at
@@ -170,7 +174,8 @@ pub struct Config {
     /// cores. Half: Ivy shares its machine with Tulip or its clients, and on
     /// 2 cores one thread served the same load as two with 15% less CPU and
     /// a lower latency (an idle second worker is woken for every request).
-    #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0)]
+    /// [default: half the cores, at least one]
+    #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0, hide_default_value = true)]
     pub io_threads: usize,
 
     /// Names the model is served under (comma-separated): `GET /v1/models`
@@ -188,7 +193,8 @@ pub struct Config {
 
     /// Logs as one JSON object per line (request id, route, status, timings;
     /// never request bodies or the API key).
-    #[arg(long, env = "IVY_JSON_OUTPUT")]
+    #[arg(long, env = "IVY_JSON_OUTPUT", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = boolish())]
     pub json_output: bool,
 
     /// Origins browsers may call Ivy from (comma-separated; `*` for any).
@@ -248,9 +254,62 @@ impl FromStr for Secret {
     }
 }
 
+/// Every boolean flag reads the same way, as Tulip's do: `--flag` alone is
+/// true; `--flag VALUE` and the variable take true/false, yes/no, on/off,
+/// 1/0 (also y/n, t/f; any case).
+fn boolish() -> clap::builder::BoolishValueParser {
+    clap::builder::BoolishValueParser::new()
+}
+
+/// A `--tulip` entry: `http://`, `https://` or `unix://` URLs as given, and
+/// `host:port` as `http://host:port` (what a newcomer types first); any
+/// other form is refused at start rather than failing every health check.
+fn parse_tulip_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let url = match s.split_once("://") {
+        Some(("http" | "https" | "unix", rest)) if !rest.is_empty() => s.to_string(),
+        Some((scheme, _)) => {
+            return Err(format!(
+                "`{s}`: Tulip URLs are http://HOST:PORT, https://HOST:PORT or unix:///PATH, not {scheme}://"
+            ))
+        }
+        None => format!("http://{s}"),
+    };
+    let authority = url.split_once("://").map_or("", |(_, rest)| rest);
+    if !url.starts_with("unix://") && !authority.contains(':') {
+        return Err(format!(
+            "`{s}`: a Tulip URL needs its port, e.g. http://{authority}:7070"
+        ));
+    }
+    Ok(url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tulip_urls_without_a_scheme_are_http() {
+        let c = parse(&["--tulip", "127.0.0.1:7070,http://b:2,unix:///tmp/t.sock"]).unwrap();
+        assert_eq!(
+            c.tulip,
+            ["http://127.0.0.1:7070", "http://b:2", "unix:///tmp/t.sock"]
+        );
+        let e = parse(&["--tulip", "grpc://a:1"]).unwrap_err().to_string();
+        assert!(e.contains("http://HOST:PORT"), "{e}");
+        assert!(parse(&["--tulip", "tulip-host"]).is_err());
+    }
+
+    #[test]
+    fn booleans_read_like_tulips() {
+        let base = ["--tulip", "http://a:1"];
+        let c = parse(&[&base[..], &["--json-output", "--coalesce", "no", "--unix-frames", "OFF"]].concat()).unwrap();
+        assert!(c.json_output && !c.coalesce && !c.unix_frames);
+        let c = parse(&[&base[..], &["--json-output", "yes", "--auto-truncate", "0"]].concat()).unwrap();
+        assert!(c.json_output && !c.auto_truncate);
+        assert!(!parse(&base).unwrap().json_output);
+        assert!(parse(&[&base[..], &["--coalesce", "maybe"]].concat()).is_err());
+    }
 
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
         Config::try_parse_from([&["ivy", "--tokenizer", "t"], args].concat())

@@ -413,7 +413,7 @@ impl Ivy for IvyService {
         request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
         self.call("info", request, |state, _, _| async move {
-            let m = state.model.info().ok_or_else(no_replica)?;
+            let m = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
             let templates = state.templates();
             Ok(pb::InfoResponse {
                 model_id: m.model_id.clone(),

@@ -25,6 +25,16 @@ pub fn object(value: Value, required: &'static str) -> Result<Object, ApiError> 
     }
 }
 
+/// A required field that is missing, or present as `null` (said so: the
+/// client sent it, and may not know its value was null).
+fn absent(obj: &Object, field: &'static str) -> ApiError {
+    if obj.contains_key(field) {
+        ApiError::schema(field, format!("`{field}` is null; it must be given a value"))
+    } else {
+        ApiError::schema(field, format!("missing field `{field}`"))
+    }
+}
+
 fn shape(field: &str) -> String {
     format!("`{field}` must be a string, an array of strings, an array of token ids, or an array of arrays of token ids")
 }
@@ -32,9 +42,7 @@ fn shape(field: &str) -> String {
 /// Texts or token ids: a string, strings, token ids, or lists of token ids.
 pub fn inputs(obj: &Object, field: &'static str) -> Result<Inputs, ApiError> {
     match obj.get(field) {
-        None | Some(Value::Null) => {
-            Err(ApiError::schema(field, format!("missing field `{field}`")))
-        }
+        None | Some(Value::Null) => Err(absent(obj, field)),
         Some(Value::String(s)) => Ok(Inputs::Texts(vec![s.clone()])),
         Some(Value::Array(items)) => {
             let Some(first) = items.first() else {
@@ -65,9 +73,7 @@ pub fn inputs(obj: &Object, field: &'static str) -> Result<Inputs, ApiError> {
 /// A string or an array of strings.
 pub fn strings(obj: &Object, field: &'static str) -> Result<Vec<String>, ApiError> {
     match obj.get(field) {
-        None | Some(Value::Null) => {
-            Err(ApiError::schema(field, format!("missing field `{field}`")))
-        }
+        None | Some(Value::Null) => Err(absent(obj, field)),
         Some(Value::String(s)) => Ok(vec![s.clone()]),
         Some(Value::Array(items)) if items.is_empty() => {
             Err(ApiError::Empty(format!("`{field}` must not be empty")))
@@ -92,9 +98,7 @@ pub fn strings(obj: &Object, field: &'static str) -> Result<Vec<String>, ApiErro
 /// A required string.
 pub fn string(obj: &Object, field: &'static str) -> Result<String, ApiError> {
     match obj.get(field) {
-        None | Some(Value::Null) => {
-            Err(ApiError::schema(field, format!("missing field `{field}`")))
-        }
+        None | Some(Value::Null) => Err(absent(obj, field)),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(other) => Err(ApiError::schema(
             field,

@@ -13,7 +13,7 @@ mod tei;
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::http::{header, HeaderName, HeaderValue, Method, Uri};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -65,6 +65,8 @@ pub fn router(state: AppState) -> Router {
     let cors = cors(&state.config.cors_allow_origin);
     let router = guarded
         .merge(public)
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
         .layer(from_fn(request_id))
         .with_state(state);
@@ -74,6 +76,26 @@ pub fn router(state: AppState) -> Router {
         Some(layer) => router.layer(layer),
         None => router,
     }
+}
+
+/// An unknown path: a JSON error in its route family's shape, not an
+/// empty 404.
+async fn no_route(State(state): State<AppState>, method: Method, uri: Uri) -> Response {
+    let path = uri.path();
+    let e = crate::error::ApiError::RouteNotFound(format!(
+        "no route {method} {path}; Ivy's routes are listed in GET /openapi.json"
+    ));
+    respond::finish(&state, Api::of_path(path), "other", Err(e))
+}
+
+/// A known path with the wrong method (e.g. GET /v1/embeddings); axum
+/// adds the `Allow` header.
+async fn wrong_method(State(state): State<AppState>, method: Method, uri: Uri) -> Response {
+    let path = uri.path();
+    let e = crate::error::ApiError::MethodNotAllowed(format!(
+        "{path} does not take {method}: the Allow header says which method it takes"
+    ));
+    respond::finish(&state, Api::of_path(path), endpoint_label(path), Err(e))
 }
 
 /// CORS for the configured origins (`*` = any); none configured, no layer.

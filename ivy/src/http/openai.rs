@@ -67,7 +67,7 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
 pub async fn models(State(state): State<AppState>) -> Response {
     let names = state.served_names();
     let result = if names.is_empty() {
-        Err(crate::upstream::no_replica())
+        Err(crate::upstream::no_replica(&state.replicas))
     } else {
         let data: Vec<Value> = names
             .iter()

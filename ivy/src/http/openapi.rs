@@ -243,8 +243,8 @@ fn openai(f: &Fragments) -> Value {
             "type": "object", "required": ["message", "type", "param", "code"], "properties": {
                 "message": { "type": "string" }, "type": { "type": "string" },
                 "param": { "type": ["string", "null"] },
-                // The status, or OpenAI's string code where it defines one (`model_not_found`).
-                "code": { "type": ["integer", "string"] } } } } },
+                // Always a string: OpenAI's own where it defines one (`model_not_found`), else Ivy's label.
+                "code": { "type": "string" } } } } },
     })
 }
 

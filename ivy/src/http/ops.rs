@@ -44,7 +44,7 @@ pub async fn ready(State(state): State<AppState>) -> Response {
 /// `device`, `max_tokens_per_request` and the prompt templates.
 pub async fn info(State(state): State<AppState>) -> Response {
     let result = match state.model.info() {
-        None => Err(no_replica()),
+        None => Err(no_replica(&state.replicas)),
         Some(m) => {
             let kinds = crate::model::kinds(&m);
             // TEI names a cross-encoder a reranker, with its labels.

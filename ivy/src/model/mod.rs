@@ -82,13 +82,15 @@ impl ServedModel {
                     && m.kinds == info.kinds;
                 if !same_model {
                     return Err(format!(
-                        "it serves model {} (dimension {}), the others {} (dimension {})",
-                        info.model_id, info.dimension, m.model_id, m.dimension
+                        "it serves model {} (dimension {}), the others {} (dimension {}); \
+                         restart it with {}, or restart Ivy to serve {}",
+                        info.model_id, info.dimension, m.model_id, m.dimension, m.model_id, info.model_id
                     ));
                 }
                 if m.tokenizer_sha256 != info.tokenizer_sha256 {
                     return Err(format!(
-                        "it serves another tokenizer (sha256 {}) than the others ({})",
+                        "it serves another tokenizer (sha256 {}) than the others ({}); restart it with \
+                         the others' model files, or restart Ivy to follow the new ones",
                         short(&info.tokenizer_sha256),
                         short(&m.tokenizer_sha256)
                     ));

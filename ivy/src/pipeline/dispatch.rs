@@ -76,7 +76,7 @@ async fn send(
             state.policy.pick(&replicas, &tried).map(|r| (r, None))
         };
         let Some((replica, _slot)) = picked else {
-            return Err(last_error.unwrap_or_else(no_replica));
+            return Err(last_error.unwrap_or_else(|| no_replica(&state.replicas)));
         };
         if attempt > 1 {
             state.metrics.retry();
@@ -106,7 +106,7 @@ async fn send(
             ApiError::Unavailable(format!("a chunk failed on {n} attempts; last error: {m}"))
         }
         Some(e) => ApiError::Upstream(format!("a chunk failed on {n} attempts; last error: {e}")),
-        None => no_replica(),
+        None => no_replica(&state.replicas),
     })
 }
 

@@ -151,7 +151,7 @@ pub async fn guarded<T>(
 }
 
 async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
-    let model = state.model.info().ok_or_else(no_replica)?;
+    let model = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
     validate::job(&job, &model, &state.config)?;
 
     let started = Instant::now();

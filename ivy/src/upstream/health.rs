@@ -52,7 +52,7 @@ async fn check(model: &ServedModel, replica: &Arc<Replica>, timeout: Duration) {
                         tracing::error!(replica = %replica.url, model = %info.model_id, reason = %why,
                                         "replica refused; not routing to it");
                     }
-                    replica.set_health(Health::Mismatch, "model or tokenizer mismatch", false);
+                    replica.set_health(Health::Mismatch, &why, false);
                 }
             }
         }

@@ -103,6 +103,9 @@ pub struct Replica {
     /// frames, once its `Info` says it serves them (`use_frames`).
     frames: Option<FrameClient>,
     use_frames: AtomicBool,
+    /// Why it last stopped taking work, for the 503 a client gets when no
+    /// replica is left (logs are not the only place to find out).
+    why: RwLock<String>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -147,6 +150,7 @@ impl Replica {
                 .filter(|_| unix_frames)
                 .map(|path| FrameClient::new(path.into(), MAX_RESPONSE_BYTES)),
             use_frames: AtomicBool::new(false),
+            why: RwLock::new(String::new()),
         })
     }
 
@@ -189,9 +193,27 @@ impl Replica {
         self.info.read().expect("replica lock poisoned").clone()
     }
 
+    /// Why it takes no work now, and what to do about it (for a 503).
+    pub fn unavailable_reason(&self) -> String {
+        let why = self.why.read().expect("replica lock poisoned").clone();
+        match self.health() {
+            Health::Serving => format!("{} is serving", self.url),
+            Health::Unknown => format!("{} has not answered a health check yet", self.url),
+            Health::Draining => format!("{} is draining (shutting down or restarting)", self.url),
+            Health::Down => format!(
+                "{} is down ({why}): check that Tulip runs there and that --tulip names its gRPC port",
+                self.url
+            ),
+            Health::Mismatch => format!("{} is refused: {why}", self.url),
+        }
+    }
+
     /// Records a new health state; `abort_inflight` also makes attempts in
     /// flight here give up (the replica stopped answering at all).
     pub fn set_health(&self, health: Health, why: &str, abort_inflight: bool) {
+        if health != Health::Serving {
+            *self.why.write().expect("replica lock poisoned") = why.to_string();
+        }
         let was = Health::from_u8(self.health.swap(health as u8, Ordering::Relaxed));
         if was != health {
             if health == Health::Serving || was == Health::Unknown && health == Health::Draining {

@@ -17,7 +17,7 @@ def assert_error(status: int, body, want_status: int, *words: str) -> None:
     assert isinstance(body, dict) and set(body) == {"error"}, body
     err = body["error"]
     assert {"message", "type", "param", "code"} <= set(err)
-    assert err["code"] == want_status
+    assert isinstance(err["code"], str)  # one type for every error (a label, not the status)
     for w in words:
         assert w in err["message"], err["message"]
 
@@ -43,7 +43,7 @@ def test_wrong_content_type(ivy_minilm, ctype):
     "payload, words",
     [
         ({}, ["missing field `input`"]),
-        ({"input": None}, ["missing field `input`"]),
+        ({"input": None}, ["`input` is null"]),
         ({"input": []}, ["must not be empty"]),
         ({"input": ""}, ["input[0] is an empty string"]),
         ({"input": ["ok", ""]}, ["input[1] is an empty string"]),

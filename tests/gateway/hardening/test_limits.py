@@ -48,7 +48,7 @@ def test_over_the_concurrency_limit_is_429_at_once_then_recovers(ivy_limited):
     assert set(statuses) <= {200, 429}
     for status, body in results:
         if status == 429:
-            assert body["error"]["code"] == 429 and body["error"]["type"] == "rate_limit_error"
+            assert body["error"]["code"] == "overloaded" and body["error"]["type"] == "rate_limit_error"
             assert "limit 2" in body["error"]["message"]
     # TEI routes answer the same limit in TEI's shape.
     tei = burst(ivy_limited, "/embed", {"inputs": HEAVY["input"][:3], "truncate": True}, 12)

@@ -177,7 +177,7 @@ def test_a_body_trickled_a_byte_at_a_time_gets_408(ivy, path):
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         payload = json.loads(answer.partition(b"\r\n\r\n")[2] or b"{}")
         if path.startswith("/v1"):
-            assert payload["error"]["code"] == 408
+            assert payload["error"]["code"] == "client_timeout"
             assert payload["error"]["type"] == "invalid_request_error"
         else:
             assert payload["error_type"] == "Validation"

@@ -32,7 +32,7 @@ def post(ivy, path, payload, key=None):
 def test_openai_route_needs_the_key(ivy_keyed, header):
     status, body = post(ivy_keyed, "/v1/embeddings", BODY, header)
     assert status == 401, body
-    assert body["error"]["type"] == "authentication_error" and body["error"]["code"] == 401
+    assert body["error"]["type"] == "authentication_error" and body["error"]["code"] == "unauthorized"
     assert KEY not in json.dumps(body)
 
 
