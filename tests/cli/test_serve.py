@@ -89,10 +89,10 @@ class Serve:
         """The pids the command logged for its children, by name."""
         return {m[1]: int(m[2]) for m in re.finditer(r"started (\S+) \(pid (\d+)\)", self.log())}
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str], timeout: float = 60.0) -> np.ndarray:
         req = urllib.request.Request(self.url + "/v1/embeddings", data=json.dumps({"input": texts}).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             body = json.loads(r.read())
         return np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
 
@@ -160,11 +160,12 @@ def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, s
     baseline = in_flight(s)
     big = corpus_lines("calibration_miracl.txt")[:300] * 2
     answer: list = []
-    sender = threading.Thread(target=lambda: answer.append(s.embed(big)))
+    # A generous client timeout: on a loaded 2-core machine this takes a while.
+    sender = threading.Thread(target=lambda: answer.append(s.embed(big, timeout=600)))
     sender.start()
     wait_for(lambda: in_flight(s) > baseline, "the large request to be in flight", every=0.02)
     s.proc.send_signal(signal.SIGTERM)
-    sender.join(120)
+    sender.join(600)
     assert answer and answer[0].shape == (len(big), 384)
     assert s.wait() == 0, s.log()[-4000:]
     left = [name for name, pid in pids.items() if alive(pid)]
