@@ -238,11 +238,12 @@ def test_ivy_outage_mid_job_is_waited_out(cluster, tulip_minilm, minilm_dir, ivy
     np.testing.assert_allclose(dense_of(got), ivy_dense(ivy_minilm, TEXTS), atol=1e-5)
 
 
-def cli(*args, check: bool = True) -> subprocess.CompletedProcess:
+def cli(*args, check: bool = True, rc: int = 0) -> subprocess.CompletedProcess:
+    """``tulip-rose ARGS``; with ``check``, its exit status must be ``rc``."""
     proc = subprocess.run([sys.executable, "-m", "tulip_rose_cli", *map(str, args)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"exit {proc.returncode}:\n{proc.stderr[-3000:]}")
+    if check and proc.returncode != rc:
+        raise AssertionError(f"exit {proc.returncode}, not {rc}:\n{proc.stderr[-3000:]}")
     return proc
 
 
@@ -253,8 +254,9 @@ def test_cli_ray_writes_the_single_machine_file(cluster, ivy_minilm, tmp_path):
         [("word " * 600).encode()] + lines[40:]
     src.write_bytes(b"\n".join(lines) + b"\n")
     args = ["--url", ivy_minilm.url, "--batch-size", 8, "--no-truncate"]
-    cli("embed", src, "--out", tmp_path / "one.parquet", *args)
-    run = cli("embed", src, "--out", tmp_path / "ray.parquet", "--ray", cluster, *args)
+    # Three bad rows: both runs write the others and exit 5 (BAD_ROWS).
+    cli("embed", src, "--out", tmp_path / "one.parquet", *args, rc=5)
+    run = cli("embed", src, "--out", tmp_path / "ray.parquet", "--ray", cluster, *args, rc=5)
     assert "on Ray" in run.stderr
     one, on_ray = pq.read_table(tmp_path / "one.parquet"), pq.read_table(tmp_path / "ray.parquet")
     assert on_ray.column("id").to_pylist() == one.column("id").to_pylist()
@@ -273,7 +275,7 @@ def test_cli_ray_writes_the_single_machine_file(cluster, ivy_minilm, tmp_path):
 
     # The strict run's finished batches are resumed, here on one machine:
     # both engines share the work directory.
-    resumed = cli("embed", src, "--out", tmp_path / "strict.parquet", *args)
+    resumed = cli("embed", src, "--out", tmp_path / "strict.parquet", *args, rc=5)
     assert "resuming:" in resumed.stderr
     again = pq.read_table(tmp_path / "strict.parquet")
     assert again.column("id").to_pylist() == one.column("id").to_pylist()
