@@ -44,16 +44,21 @@ pub struct ServiceState {
 /// its call ends: answered, failed, or cancelled by its caller.
 struct ActiveGuard<'a>(&'a AtomicUsize, &'a Gauge);
 
+// The gauge moves by its own atomic inc/dec: setting it to the count read a
+// moment earlier could let a late `set` from one thread overwrite a newer
+// value from another and leave it wrong for good.
 impl<'a> ActiveGuard<'a> {
     fn enter(count: &'a AtomicUsize, gauge: &'a Gauge) -> Self {
-        gauge.set(count.fetch_add(1, Ordering::SeqCst) as i64 + 1);
+        count.fetch_add(1, Ordering::SeqCst);
+        gauge.inc();
         Self(count, gauge)
     }
 }
 
 impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
-        self.1.set(self.0.fetch_sub(1, Ordering::SeqCst) as i64 - 1);
+        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.dec();
     }
 }
 
