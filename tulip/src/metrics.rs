@@ -4,12 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::error::TulipError;
 use crate::priority::Class;
@@ -124,6 +127,26 @@ pub struct Metrics {
     pub class_tokens: Family<ClassLabel, Counter>,
 }
 
+/// A metric of any type behind one box, so that `Metrics::new` registers
+/// its table in a loop (`Registry::register` takes one concrete type per
+/// call, and `Box<dyn Metric>` is not itself a `Metric`).
+#[derive(Debug)]
+struct Registered(Box<dyn Metric>);
+
+impl EncodeMetric for Registered {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 fn latency() -> Histogram {
     // 50 µs .. ~26 s
     Histogram::new(exponential_buckets(50e-6, 2.0, 20))
@@ -160,107 +183,35 @@ impl Metrics {
             class_tokens: Family::default(),
             registry: Registry::default(),
         };
-        r.register(
-            "tulip_requests",
-            "Embed requests by gRPC status",
-            m.requests.clone(),
-        );
-        r.register(
-            "tulip_request_duration_seconds",
-            "Embed request time in Tulip",
-            m.request_seconds.clone(),
-        );
-        r.register(
-            "tulip_queue_duration_seconds",
-            "Time from arrival until a request's last sequence was batched",
-            m.queue_seconds.clone(),
-        );
-        r.register(
-            "tulip_inference_duration_seconds",
-            "Time from a request's first launch until its last row was on the host",
-            m.inference_seconds.clone(),
-        );
-        r.register(
-            "tulip_step_duration_seconds",
-            "Engine step time, launch to rows on the host",
-            m.step_seconds.clone(),
-        );
-        r.register(
-            "tulip_batch_tokens",
-            "Real tokens per engine step",
-            m.batch_tokens.clone(),
-        );
-        r.register(
-            "tulip_batch_sequences",
-            "Sequences per engine step",
-            m.batch_sequences.clone(),
-        );
-        r.register("tulip_tokens", "Real tokens processed", m.tokens.clone());
-        r.register(
-            "tulip_padded_tokens",
-            "Filler tokens computed to reach a graph bucket",
-            m.padded_tokens.clone(),
-        );
-        r.register(
-            "tulip_steps",
-            "Engine steps by how they ran (eager, warmup, capture, replay)",
-            m.steps.clone(),
-        );
-        r.register(
-            "tulip_inline_steps",
-            "Engine steps run by the request's own task because the engine was idle",
-            m.inline_steps.clone(),
-        );
-        r.register(
-            "tulip_graphs_captured",
-            "CUDA graphs captured",
-            m.graphs_captured.clone(),
-        );
-        r.register(
-            "tulip_graph_capture_duration_seconds",
-            "Time to capture one CUDA graph",
-            m.capture_seconds.clone(),
-        );
-        r.register(
-            "tulip_inflight_steps",
-            "Engine steps launched and not yet completed",
-            m.inflight_steps.clone(),
-        );
-        r.register(
-            "tulip_queued_sequences",
-            "Sequences waiting for a batch",
-            m.queued_sequences.clone(),
-        );
-        r.register(
-            "tulip_active_requests",
-            "Embed requests being answered",
-            m.active_requests.clone(),
-        );
-        r.register(
-            "tulip_frames_connections",
-            "Open Tulip frames connections on the Unix socket (co-located gateways)",
-            m.frames_connections.clone(),
-        );
-        r.register(
-            "tulip_draining",
-            "1 while the server drains before stopping",
-            m.draining.clone(),
-        );
-        r.register(
-            "tulip_class_queue_duration_seconds",
-            "Queue time of answered requests by priority class",
-            m.class_queue_seconds.clone(),
-        );
-        r.register(
-            "tulip_class_steps",
-            "Engine steps carrying sequences of each priority class",
-            m.class_steps.clone(),
-        );
-        r.register(
-            "tulip_class_tokens",
-            "Real tokens processed by priority class",
-            m.class_tokens.clone(),
-        );
+        // Name, help and metric (its kind and labels come from its type),
+        // in exposition order; one row a metric, so rustfmt leaves it be.
+        #[rustfmt::skip]
+        let table: [(&str, &str, Box<dyn Metric>); 21] = [
+            ("tulip_requests", "Embed requests by gRPC status", Box::new(m.requests.clone())),
+            ("tulip_request_duration_seconds", "Embed request time in Tulip", Box::new(m.request_seconds.clone())),
+            ("tulip_queue_duration_seconds", "Time from arrival until a request's last sequence was batched", Box::new(m.queue_seconds.clone())),
+            ("tulip_inference_duration_seconds", "Time from a request's first launch until its last row was on the host", Box::new(m.inference_seconds.clone())),
+            ("tulip_step_duration_seconds", "Engine step time, launch to rows on the host", Box::new(m.step_seconds.clone())),
+            ("tulip_batch_tokens", "Real tokens per engine step", Box::new(m.batch_tokens.clone())),
+            ("tulip_batch_sequences", "Sequences per engine step", Box::new(m.batch_sequences.clone())),
+            ("tulip_tokens", "Real tokens processed", Box::new(m.tokens.clone())),
+            ("tulip_padded_tokens", "Filler tokens computed to reach a graph bucket", Box::new(m.padded_tokens.clone())),
+            ("tulip_steps", "Engine steps by how they ran (eager, warmup, capture, replay)", Box::new(m.steps.clone())),
+            ("tulip_inline_steps", "Engine steps run by the request's own task because the engine was idle", Box::new(m.inline_steps.clone())),
+            ("tulip_graphs_captured", "CUDA graphs captured", Box::new(m.graphs_captured.clone())),
+            ("tulip_graph_capture_duration_seconds", "Time to capture one CUDA graph", Box::new(m.capture_seconds.clone())),
+            ("tulip_inflight_steps", "Engine steps launched and not yet completed", Box::new(m.inflight_steps.clone())),
+            ("tulip_queued_sequences", "Sequences waiting for a batch", Box::new(m.queued_sequences.clone())),
+            ("tulip_active_requests", "Embed requests being answered", Box::new(m.active_requests.clone())),
+            ("tulip_frames_connections", "Open Tulip frames connections on the Unix socket (co-located gateways)", Box::new(m.frames_connections.clone())),
+            ("tulip_draining", "1 while the server drains before stopping", Box::new(m.draining.clone())),
+            ("tulip_class_queue_duration_seconds", "Queue time of answered requests by priority class", Box::new(m.class_queue_seconds.clone())),
+            ("tulip_class_steps", "Engine steps carrying sequences of each priority class", Box::new(m.class_steps.clone())),
+            ("tulip_class_tokens", "Real tokens processed by priority class", Box::new(m.class_tokens.clone())),
+        ];
+        for (name, help, metric) in table {
+            r.register(name, help, Registered(metric));
+        }
         Arc::new(Self { registry: r, ..m })
     }
 

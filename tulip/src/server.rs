@@ -49,13 +49,7 @@ pub fn serve(
     let listeners = Listeners::bind(&runtime, &config)?;
 
     let metrics = Metrics::new();
-    let pool = Arc::new(Pool::new(
-        config.max_batch_tokens,
-        config.max_batch_sequences,
-        max_inflight(&model, &config),
-        config.inline_steps,
-        config.priority.clone(),
-    ));
+    let pool = new_pool(&model, &config);
     let threads = start_engine_threads(&pool, &engine, &metrics)?;
     let state = Arc::new(ServiceState::default());
     let service = Arc::new(TulipService {
@@ -69,14 +63,62 @@ pub fn serve(
         metrics: Arc::clone(&metrics),
         unix_frames: listeners.unix.is_some(),
     });
+    let addr = listeners.addr;
+    let running = start_servers(&runtime, &config, listeners, service, &metrics);
+    log_ready(&model, &addr, config.unix_socket.as_deref());
+
+    let outcome = wait_for_signal(py, &running.grpc);
+
+    // Drain: refuse new work, let in-flight requests finish, then stop.
+    refuse_new_work(&runtime, &state, &metrics, &running.health);
+    py.detach(|| {
+        wait_for_active(&state, config.drain_timeout);
+        stop_all(runtime, &config, &pool, threads, running);
+    });
+    // Outputs that completed after the scheduler stopped.
+    for output in pool.take_releases() {
+        EngineHandle::release(py, output);
+    }
+    tracing::info!("stopped");
+    outcome.map_err(PyRuntimeError::new_err)
+}
+
+fn new_pool(model: &ModelInfo, config: &ServeConfig) -> Arc<Pool> {
+    Arc::new(Pool::new(
+        config.max_batch_tokens,
+        config.max_batch_sequences,
+        max_inflight(model, config),
+        config.inline_steps,
+        config.priority.clone(),
+    ))
+}
+
+/// The servers started by `start_servers`, with what stops them.
+struct Running {
+    health: HealthReporter,
+    grpc: Vec<ServerTask>,
+    stop: watch::Sender<bool>,
+    metrics_server: Option<JoinHandle<()>>,
+    metrics_stop: watch::Sender<bool>,
+}
+
+/// Starts the metrics server, marks the service healthy, then starts the
+/// gRPC servers on every listener.
+fn start_servers(
+    runtime: &Runtime,
+    config: &ServeConfig,
+    listeners: Listeners,
+    service: Arc<TulipService>,
+    metrics: &Arc<Metrics>,
+) -> Running {
     let (health, health_service) = tonic_health::server::health_reporter();
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
     // The metrics server outlives the gRPC drain, so the drain is observable.
-    let (metrics_stop_tx, metrics_stop_rx) = watch::channel(false);
+    let (metrics_stop, metrics_stop_rx) = watch::channel(false);
     let metrics_server = listeners.metrics.map(|listener| {
         runtime.spawn(metrics_http::serve(
             listener,
-            Arc::clone(&metrics),
+            Arc::clone(metrics),
             stopped(metrics_stop_rx),
         ))
     });
@@ -93,40 +135,51 @@ pub fn serve(
         let _guard = runtime.enter();
         unix_socket::accept(listener, service, config.max_message_bytes, stop_rx.clone())
     });
-    let servers = start_grpc(&runtime, router, listeners.grpc, unix, &stop_rx);
-    log_ready(&model, &listeners.addr, config.unix_socket.as_deref());
+    let grpc = start_grpc(runtime, router, listeners.grpc, unix, &stop_rx);
+    Running {
+        health,
+        grpc,
+        stop,
+        metrics_server,
+        metrics_stop,
+    }
+}
 
-    let outcome = wait_for_signal(py, &servers);
-
-    // Drain: refuse new work, let in-flight requests finish, then stop.
+fn refuse_new_work(
+    runtime: &Runtime,
+    state: &ServiceState,
+    metrics: &Metrics,
+    health: &HealthReporter,
+) {
     state.draining.store(true, Ordering::SeqCst);
     metrics.draining.set(1);
-    runtime.block_on(set_serving(&health, false));
-    py.detach(|| {
-        wait_for_active(&state, config.drain_timeout);
-        let _ = stop_tx.send(true);
-        pool.shutdown();
-        for t in threads {
-            let _ = t.join();
-        }
-        for server in servers {
-            stop_task(&runtime, server);
-        }
-        let _ = metrics_stop_tx.send(true);
-        if let Some(m) = metrics_server {
-            let _ = runtime.block_on(async { tokio::time::timeout(SERVER_STOP, m).await });
-        }
-        runtime.shutdown_timeout(Duration::from_secs(1));
-        if let Some(path) = &config.unix_socket {
-            let _ = std::fs::remove_file(path);
-        }
-    });
-    // Outputs that completed after the scheduler stopped.
-    for output in pool.take_releases() {
-        EngineHandle::release(py, output);
+    runtime.block_on(set_serving(health, false));
+}
+
+/// Stops the engine threads, the gRPC servers and, last, the metrics server.
+fn stop_all(
+    runtime: Runtime,
+    config: &ServeConfig,
+    pool: &Pool,
+    threads: [thread::JoinHandle<()>; 2],
+    running: Running,
+) {
+    let _ = running.stop.send(true);
+    pool.shutdown();
+    for t in threads {
+        let _ = t.join();
     }
-    tracing::info!("stopped");
-    outcome.map_err(PyRuntimeError::new_err)
+    for server in running.grpc {
+        stop_task(&runtime, server);
+    }
+    let _ = running.metrics_stop.send(true);
+    if let Some(m) = running.metrics_server {
+        let _ = runtime.block_on(async { tokio::time::timeout(SERVER_STOP, m).await });
+    }
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    if let Some(path) = &config.unix_socket {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 fn warn_if_budget_too_small(model: &ModelInfo, config: &ServeConfig) {

@@ -147,6 +147,23 @@ async fn embed_job(
     .await
 }
 
+/// Rerank and predict take the same scoring options: truncation, raw
+/// scores and priority (no dimensions, normalization or prompt).
+fn score_options(
+    truncate: bool,
+    truncation_direction: i32,
+    raw_scores: bool,
+    priority_field: i32,
+) -> Result<Options, ApiError> {
+    Ok(Options {
+        truncate,
+        direction: direction(truncation_direction),
+        raw_scores,
+        priority: priority(priority_field)?,
+        ..Options::default()
+    })
+}
+
 /// One `EmbedStream` message: the unary `Embed` pipeline under its own
 /// request id (`<stream id>/<n>`) and span (a child of the stream's), its
 /// failure folded into the response.
@@ -306,13 +323,8 @@ impl Ivy for IvyService {
                 return Err(ApiError::Empty("`texts` must not be empty".into()));
             }
             let echo = r.return_text.then(|| r.texts.clone());
-            let options = Options {
-                truncate: r.truncate,
-                direction: direction(r.truncation_direction),
-                raw_scores: r.raw_scores,
-                priority: priority(r.priority)?,
-                ..Options::default()
-            };
+            let options =
+                score_options(r.truncate, r.truncation_direction, r.raw_scores, r.priority)?;
             let job = Job {
                 kind: Kind::Score,
                 field: "texts",
@@ -347,13 +359,8 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::PredictResponse>, Status> {
         self.call("predict", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let options = Options {
-                truncate: r.truncate,
-                direction: direction(r.truncation_direction),
-                raw_scores: r.raw_scores,
-                priority: priority(r.priority)?,
-                ..Options::default()
-            };
+            let options =
+                score_options(r.truncate, r.truncation_direction, r.raw_scores, r.priority)?;
             let inputs = predict_inputs(r.inputs)?;
             let (out, labelled) = predict::run(&state, inputs, options, deadline).await?;
             let results = labelled
