@@ -27,6 +27,7 @@ resumable work directory by the driver, so the output file is the same.
 
 from __future__ import annotations
 
+import abc
 import os
 import sys
 import threading
@@ -111,7 +112,7 @@ def _texts(table, column: str) -> tuple[list, list]:
     return texts, reasons
 
 
-class _Embedder:
+class _Embedder(abc.ABC):
     """What both shapes share: reading the batch, the error column, strict
     mode."""
 
@@ -125,9 +126,10 @@ class _Embedder:
         self.id_column = id_column
         self.error_column = error_column
 
+    @abc.abstractmethod
     def _embed(self, texts: list[str]) -> tuple[list, dict[int, str]]:
-        """Outputs of ``texts`` (None where a text is bad) and the reasons."""
-        raise NotImplementedError
+        """Outputs of ``texts`` (None where a text is bad) and the reasons:
+        through Ivy (IvyEmbedder) or the engine in the actor (RoseEmbedder)."""
 
     def __call__(self, batch):
         table = _table(batch)
@@ -251,7 +253,7 @@ class RoseEmbedder(_Embedder):
         ids = self.whole.encode(self.prefix + text).ids
         if len(ids) <= self.max_length:
             return ids, None
-        # Ivy's own words (ivy/src/tokenize.rs), so both shapes report alike.
+        # Ivy's own words (ivy/src/pipeline/encode.rs), so both shapes report alike.
         return None, (f"rejected: the input has {len(ids)} tokens but the model accepts at most "
                       f"{self.max_length}; shorten it or allow truncation")
 

@@ -1,4 +1,4 @@
-"""Coalescing in Ivy (ivy/src/coalesce.rs): small requests read together
+"""Coalescing in Ivy (ivy/src/upstream/coalesce/): small requests read together
 share one Tulip call and each gets its own rows back; a bad request among
 them fails alone, and a shared call refused because of one request is
 retried chunk by chunk, so only that request fails."""
