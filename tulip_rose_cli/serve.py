@@ -32,6 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tulip.flags import parse_bool
+
 EXIT_CHILD_FAILED = 1
 EXIT_USAGE = 2
 # Log lines of each child kept to explain its exit.
@@ -56,10 +58,6 @@ Stops on SIGTERM or Ctrl-C: Ivy drains first, then the replicas (a second
 Ctrl-C kills them). Exit codes: 0 stopped by a signal; 1 a child exited or
 never became ready (its last log lines are printed); 2 bad usage or
 nothing to run (no Ivy binary, several --model)."""
-
-
-def _env_bool(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -117,7 +115,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--start-timeout", type=float, default=env("TULIP_ROSE_START_TIMEOUT", "600"),
                    metavar="S", help="seconds to wait for Ivy to be ready (env TULIP_ROSE_START_TIMEOUT; "
                                      "default %(default)s)")
-    g.add_argument("--json-output", action="store_true", default=_env_bool("TULIP_ROSE_JSON_OUTPUT"),
+    # Booleans read as Tulip's and Ivy's do (tulip/flags.py): alone = true.
+    g.add_argument("--json-output", nargs="?", const=True, type=parse_bool,
+                   default=env("TULIP_ROSE_JSON_OUTPUT", "false"), metavar="BOOL",
                    help="every log line (this command's, Tulip's, Ivy's) as one JSON object, with a "
                         "'process' field naming its child (env TULIP_ROSE_JSON_OUTPUT)")
     return s
