@@ -11,12 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
-# Flag parsing shared with Ivy's habits (booleans, env variables); the old
-# names stay importable.
-from .flags import Parser as _Parser
-from .flags import env_name as _env_name
-from .flags import parse_auto_bool
-from .flags import parse_bool as _bool
+# Flag parsing shared with Ivy's habits (booleans, env variables).
+from .flags import Parser, parse_auto_bool, parse_bool
 from .preflight import port_problem
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -80,7 +76,7 @@ class _JsonFormatter(logging.Formatter):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m tulip", description="Serve an embedding model over gRPC (tulip.v1).")
+    p = Parser(prog="python -m tulip", description="Serve an embedding model over gRPC (tulip.v1).")
     p.flag("--model", help="Hugging Face model directory (config.json + model.safetensors), or a Hub id "
            "('org/name', 'org/name@revision') fetched into the Hugging Face cache (HF_HOME/HF_HUB_CACHE; "
            "HF_HUB_OFFLINE, HF_TOKEN and HF_ENDPOINT apply)",
@@ -106,10 +102,10 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--max-request-sequences", type=int, default=2048, help="most sequences in one request")
     p.flag("--max-inflight", type=int, default=2,
            help="engine steps running at once on a GPU (overlap depth; always 1 on the CPU)")
-    p.flag("--inline-steps", type=_bool, default=True,
+    p.flag("--inline-steps", type=parse_bool, default=True,
            help="a request that finds the engine idle runs its step on its own thread "
                 "instead of waking the scheduler thread (off = always queue)")
-    p.flag("--priority", type=_bool, default=True,
+    p.flag("--priority", type=parse_bool, default=True,
            help="interactive requests (Ivy decides: the request's priority, else its size) go ahead "
                 "of batch work in every step (off = one first-come-first-served queue)")
     p.flag("--batch-max-wait-ms", type=int, default=500,
@@ -128,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
                 "the CPU every token lengthens the step)", shown="auto: true on a GPU, false on the CPU")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
-    p.flag("--graphs", type=_bool, default=True,
+    p.flag("--graphs", type=parse_bool, default=True,
            help="lazily captured CUDA graphs (off = always eager, for debugging)")
     p.flag("--graph-max-tokens", type=int, default=8192, help="largest padded token count with a graph")
     p.flag("--graph-max-sequences", type=int, default=64, help="most sequences in a batch with a graph")
@@ -143,11 +139,11 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--small-step-tokens", type=int, default=32,
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
-    p.flag("--cpu-packed-linear", type=_bool, default=True,
+    p.flag("--cpu-packed-linear", type=parse_bool, default=True,
            help="on the CPU at float32, linear layers run on weights packed once for oneDNN (2-3x faster "
                 "matmuls than PyTorch's default on a 2-core AMD EPYC, same precision); false = PyTorch's own")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
-    p.flag("--json-output", type=_bool, default=False,
+    p.flag("--json-output", type=parse_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
     p.flag("--otlp-endpoint", default="", shown="none (off)",
            help="export OpenTelemetry traces to this OTLP/gRPC collector (e.g. http://otel-collector:4317); "

@@ -187,10 +187,11 @@ def test_sidecar_resources_and_env_can_be_set_apart(helm_bin):
 
 def test_sidecar_settings_are_real_flags(colocated):
     """Every variable the sidecar pair gets is one its program reads."""
-    from tulip.launcher import _env_name, parser
+    from tulip.flags import env_name
+    from tulip.launcher import parser
 
     _, objects = colocated
-    tulip_known = {_env_name(o) for a in parser()._actions for o in a.option_strings if o.startswith("--")}
+    tulip_known = {env_name(o) for a in parser()._actions for o in a.option_strings if o.startswith("--")}
     assert "TULIP_UNIX_SOCKET" in tulip_known
     ivy_known = {name for path in (REPO / "ivy" / "src").rglob("*.rs")
                  for name in re.findall(r'env = "(IVY_[A-Z_]+)"', path.read_text())}

@@ -273,9 +273,10 @@ def test_service_monitors_scrape_named_metrics_ports(gpu_objects, default_object
 def test_tulip_settings_are_real_launcher_flags(profile_objects):
     """Every TULIP_* variable the chart and docker-compose set is one that
     `python -m tulip` reads (a misspelt one would be silently ignored)."""
-    from tulip.launcher import _env_name, parser
+    from tulip.flags import env_name
+    from tulip.launcher import parser
 
-    known = {_env_name(o) for a in parser()._actions for o in a.option_strings if o.startswith("--")}
+    known = {env_name(o) for a in parser()._actions for o in a.option_strings if o.startswith("--")}
     _, objects = profile_objects
     chart = {k for k in env(container(one(objects, "Deployment", "tulip"), "tulip")) if k.startswith("TULIP_")}
     compose = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["tulip-0"]["environment"]
