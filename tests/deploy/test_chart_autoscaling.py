@@ -148,3 +148,15 @@ def test_chart_refuses_conflicting_autoscaling(helm_bin, sets, message):
     out = helm(*args)
     assert out.returncode != 0
     assert message in out.stderr, out.stderr
+
+
+def test_a_pod_the_autoscaler_removes_leaves_dns_then_drains_within_its_grace(keda_objects):
+    """Scale-down loses nothing: the preStop sleep outlasts Ivy's DNS
+    interval, and the grace period covers the sleep plus Tulip's drain
+    (tests/deploy/test_dns_drain.py runs the scale-down under load)."""
+    tulip = one(keda_objects, "Deployment", "tulip")
+    c = container(tulip, "tulip")
+    sleep = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    ivy = env(container(one(keda_objects, "Deployment", "ivy"), "ivy"))
+    assert sleep > float(ivy["IVY_DNS_INTERVAL"])
+    assert sleep + float(env(c)["TULIP_DRAIN_TIMEOUT"]) < tulip["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
