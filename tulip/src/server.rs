@@ -64,7 +64,7 @@ pub fn serve(
         unix_frames: listeners.unix.is_some(),
     });
     let addr = listeners.addr;
-    let running = start_servers(&runtime, &config, listeners, service, &metrics);
+    let running = start_servers(&runtime, &config, listeners, service, &metrics, &pool);
     log_ready(&model, &addr, config.unix_socket.as_deref());
 
     let outcome = wait_for_signal(py, &running.grpc);
@@ -110,6 +110,7 @@ fn start_servers(
     listeners: Listeners,
     service: Arc<TulipService>,
     metrics: &Arc<Metrics>,
+    pool: &Arc<Pool>,
 ) -> Running {
     let (health, health_service) = tonic_health::server::health_reporter();
     let (stop, stop_rx) = watch::channel(false);
@@ -119,6 +120,7 @@ fn start_servers(
         runtime.spawn(metrics_http::serve(
             listener,
             Arc::clone(metrics),
+            Arc::clone(pool),
             stopped(metrics_stop_rx),
         ))
     });
@@ -237,7 +239,9 @@ impl Listeners {
         let grpc = runtime
             .block_on(tokio::net::TcpListener::bind(addr))
             .map_err(|e| {
-                PyOSError::new_err(format!("cannot listen on {addr} (--port): {e}; pass another --port"))
+                PyOSError::new_err(format!(
+                    "cannot listen on {addr} (--port): {e}; pass another --port"
+                ))
             })?;
         let unix = match &config.unix_socket {
             None => None,
@@ -245,7 +249,9 @@ impl Listeners {
                 // A socket file left by a process that died is in the way.
                 let _ = std::fs::remove_file(path);
                 Some(tokio::net::UnixListener::bind(path).map_err(|e| {
-                    PyOSError::new_err(format!("cannot listen on unix socket {path} (--unix-socket): {e}"))
+                    PyOSError::new_err(format!(
+                        "cannot listen on unix socket {path} (--unix-socket): {e}"
+                    ))
                 })?)
             }
         };
