@@ -96,8 +96,10 @@ impl Gateway {
         }
     }
 
-    /// Ready for traffic: not draining and at least one healthy replica.
+    /// Ready for traffic: not draining and at least one healthy replica,
+    /// or holding requests until one starts (`--cold-start-hold`).
     pub fn is_ready(&self) -> bool {
-        !self.admission.is_draining() && self.replicas.routable_count() > 0
+        !self.admission.is_draining()
+            && (self.replicas.routable_count() > 0 || !self.config.cold_start_hold.is_zero())
     }
 }

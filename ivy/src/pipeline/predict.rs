@@ -18,6 +18,7 @@ pub async fn run(
     options: Options,
     deadline: Instant,
 ) -> Result<(Output, Vec<Vec<Prediction>>), ApiError> {
+    super::wait_for_replica(state).await?;
     let model = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
     let classifier = model.kinds.contains(&(Kind::Classify as i32));
     let raw_scores = options.raw_scores;
