@@ -6,7 +6,13 @@
 //! is measured, not configured: tokens finished per second of busy engine
 //! time (at least one step in flight), averaged over windows of
 //! `WINDOW` busy time, so an idle replica keeps its last figure and a
-//! quiet hour does not read as a slow device. Backlog seconds =
+//! quiet hour does not read as a slow device. Under light load steps are
+//! small, and a GPU runs a small step almost as long as a full one, so a
+//! window with a step launched while nothing else waited (unsaturated) only
+//! bounds the capacity from below: it may raise the figure, never lower it.
+//! Saturated windows (every step launched with work left waiting) set it:
+//! the first replaces the lower bounds, later ones move the average both
+//! ways. Backlog seconds =
 //! outstanding tokens / capacity: how long this replica needs for what it
 //! holds, comparable across replicas and models.
 
@@ -27,8 +33,12 @@ pub struct Backlog {
     busy_mark: Option<Instant>,
     window_tokens: u64,
     window_busy: Duration,
+    /// Whether a step of this window was launched with nothing left waiting.
+    window_unsaturated: bool,
     /// Tokens per busy second; 0 until the first step finished.
     capacity: f64,
+    /// Whether `capacity` comes from a saturated window (else a lower bound).
+    saturated_seen: bool,
 }
 
 /// What the metrics show, read at scrape time.
@@ -83,14 +93,17 @@ impl Backlog {
 
     /// A step was launched with these tokens; `from_queue` false for an
     /// inline step (its tokens were never queued). `busy_before`: whether
-    /// a step was already in flight.
+    /// a step was already in flight; `saturated`: whether work was left
+    /// waiting (the step is as full as the scheduler makes it).
     pub fn launched(
         &mut self,
         tokens: [u64; 2],
         from_queue: bool,
         busy_before: bool,
+        saturated: bool,
         now: Instant,
     ) {
+        self.window_unsaturated |= !saturated;
         for i in 0..2 {
             if from_queue {
                 self.waiting[i] = self.waiting[i].saturating_sub(tokens[i]);
@@ -116,13 +129,17 @@ impl Backlog {
         // after its first step.
         if self.window_busy >= WINDOW || (self.capacity == 0.0 && !self.window_busy.is_zero()) {
             let rate = self.window_tokens as f64 / self.window_busy.as_secs_f64();
-            self.capacity = if self.capacity == 0.0 {
+            self.capacity = if self.window_unsaturated {
+                self.capacity.max(rate)
+            } else if !self.saturated_seen {
+                self.saturated_seen = true;
                 rate
             } else {
                 self.capacity + ALPHA * (rate - self.capacity)
             };
             self.window_tokens = 0;
             self.window_busy = Duration::ZERO;
+            self.window_unsaturated = false;
         }
     }
 
@@ -151,7 +168,7 @@ mod tests {
             0.0,
             "no capacity measured yet"
         );
-        b.launched([100, 400], true, false, t0);
+        b.launched([100, 400], true, false, true, t0);
         assert_eq!(b.snapshot().waiting, [0, 600]);
         assert_eq!(b.snapshot().inflight, [100, 400]);
         b.finished([100, 400], false, t0 + Duration::from_millis(500));
@@ -167,15 +184,39 @@ mod tests {
         let mut b = Backlog::default();
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        b.launched([1000, 0], false, false, t0);
+        b.launched([1000, 0], true, false, true, t0);
         b.finished([1000, 0], false, t0 + s(1));
         assert!((b.snapshot().capacity - 1000.0).abs() < 1e-6);
         // A long idle gap, then a window twice as fast.
-        b.launched([0, 2000], false, false, t0 + s(100));
+        b.launched([0, 2000], true, false, true, t0 + s(100));
         b.finished([0, 2000], false, t0 + s(101));
         let c = b.snapshot().capacity;
         assert!((c - (1000.0 + ALPHA * 1000.0)).abs() < 1e-6, "{c}");
         b.dropped(Class::Batch, 5);
         assert_eq!(b.snapshot().waiting, [0, 0]);
+    }
+
+    #[test]
+    fn unsaturated_windows_only_raise_the_figure_until_a_saturated_one_sets_it() {
+        let mut b = Backlog::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        // Lone queries: 100 tokens per busy second, a lower bound.
+        b.launched([100, 0], false, false, false, t0);
+        b.finished([100, 0], false, t0 + s(1));
+        assert!((b.snapshot().capacity - 100.0).abs() < 1e-6);
+        b.launched([50, 0], false, false, false, t0 + s(5));
+        b.finished([50, 0], false, t0 + s(6));
+        assert!(
+            (b.snapshot().capacity - 100.0).abs() < 1e-6,
+            "a light window lowered it"
+        );
+        // Saturated: the first window replaces the bound, later ones average.
+        b.launched([0, 5000], true, false, true, t0 + s(10));
+        b.finished([0, 5000], false, t0 + s(11));
+        assert!((b.snapshot().capacity - 5000.0).abs() < 1e-6);
+        b.launched([0, 4000], true, false, true, t0 + s(20));
+        b.finished([0, 4000], false, t0 + s(21));
+        assert!((b.snapshot().capacity - (5000.0 - ALPHA * 1000.0)).abs() < 1e-6);
     }
 }

@@ -219,7 +219,8 @@ impl Pool {
                 s.batch_steps += 1;
             }
             let tokens = backlog::by_class([(class, request.token_ids.len())]);
-            s.backlog.launched(tokens, false, false, Instant::now());
+            s.backlog
+                .launched(tokens, false, false, false, Instant::now());
             let releases = std::mem::take(&mut s.releases);
             return Ok(Submitted::Inline(seqs.collect(), releases));
         }
@@ -257,8 +258,11 @@ impl Pool {
                 let batch = self.take_batch(&mut s);
                 if !batch.is_empty() {
                     let busy = s.inflight > 0;
+                    // Work left waiting: this step is as full as it gets.
+                    let saturated = s.queued() > 0;
+                    let tokens = tokens_by_class(&batch);
                     s.backlog
-                        .launched(tokens_by_class(&batch), true, busy, Instant::now());
+                        .launched(tokens, true, busy, saturated, Instant::now());
                     s.inflight += 1;
                     return Work::Batch(batch, std::mem::take(&mut s.releases));
                 }
