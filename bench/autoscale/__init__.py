@@ -21,13 +21,16 @@ from bench.sim.replicas import Fleet, bge_m3_dir
 
 TITLE = "Autoscaling the Tulip pool: a day replayed against the scaling rule (simulated device, compressed time)"
 
-# The goal the thresholds are chosen for: query p99 over the day.
-P99_GOAL_MS = 25.0
+# The goal the thresholds are chosen for: query p99 over the day (an
+# embedding's share of a search request's budget).
+P99_GOAL_MS = 50.0
 # Assumed for a GPU pod (not measurable here): scheduling on a warm node,
 # loading BGE-M3's 2.3 GB of weights, capturing the graphs.
 COLD_START_S = 90
 # Ivy's defaults: batch chunks per replica x chunk tokens.
 BATCH_CAP_TOKENS = 4 * 2048
+# Extra replica-hours accepted for a rule that scales less often.
+COST_SLACK = 0.03
 INTERACTIVE_TARGETS = [0.002, 0.005, 0.01, 0.02, 0.05]
 DOWN_WINDOWS = [120, 300, 600]
 
@@ -63,7 +66,11 @@ def run_suite(writer, args) -> int:
                   flush=True)
             sweep.append(r)
     meeting = [r for r in sweep if r["p99_ms"] is not None and r["p99_ms"] <= P99_GOAL_MS]
-    chosen = min(meeting or sweep, key=lambda r: (r["replica_hours"], r["p99_ms"]))
+    cheapest = min(meeting or sweep, key=lambda r: (r["replica_hours"], r["p99_ms"]))
+    # Among rules within a few percent of the cheapest, the one that churns
+    # least (every scale-up is a cold start, every scale-down a drain).
+    close = [r for r in (meeting or sweep) if r["replica_hours"] <= cheapest["replica_hours"] * (1 + COST_SLACK)]
+    chosen = min(close, key=lambda r: (r["scale_events"], r["replica_hours"]))
     peak = chosen["max_replicas"]
     fixed = replay(trace, replica, None, fixed=peak, seconds=seconds)
     data = {"quick": quick, "seconds_replayed": seconds, "load_average_before": [round(x, 2) for x in load_before],

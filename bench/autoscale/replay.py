@@ -107,6 +107,7 @@ def replay(trace: Trace, replica: Replica, rule: Rule | None = None, fixed: int 
     hist: dict[float, float] = {}
     queries = held_queries = held_wait = 0.0
     max_used = ready
+    events = 0                          # scale-ups and scale-downs
     series = []
     for t in range(seconds):
         while starting and starting[0] <= t:
@@ -163,9 +164,11 @@ def replay(trace: Trace, replica: Replica, rule: Rule | None = None, fixed: int 
                 add = min(desired - current, max(rule.up_pods, current))  # Pods or 100 %
                 starting += [t + int(replica.cold_start_s)] * add
                 last_up = t
+                events += 1
             elif desired == 0 and current > 0:
                 starting.clear()
                 ready = 0
+                events += 1
             elif desired < current:
                 target = max(d for _, d in recs)
                 if target < current and t - last_down >= rule.down_period:
@@ -175,6 +178,7 @@ def replay(trace: Trace, replica: Replica, rule: Rule | None = None, fixed: int 
                         remove -= 1
                     ready -= remove
                     last_down = t
+                    events += 1
         max_used = max(max_used, ready + len(starting))
         if t % every == 0:
             series.append({"t": t, "replicas": ready, "starting": len(starting),
@@ -186,7 +190,7 @@ def replay(trace: Trace, replica: Replica, rule: Rule | None = None, fixed: int 
             "replica_hours": round(replica_seconds / 3600, 2),
             "p99_ms": _quantile(hist, queries, 0.99), "p50_ms": _quantile(hist, queries, 0.50),
             "queries": round(queries), "held_queries": round(held_queries),
-            "longest_hold_s": held_wait, "max_replicas": max_used,
+            "longest_hold_s": held_wait, "max_replicas": max_used, "scale_events": events,
             "bulk_job_s": (job_done_at - job_start) if job_done_at is not None else None,
             "series": series}
 

@@ -31,9 +31,13 @@ def markdown(d: dict) -> str:
         f" ({'met' if d['met_goal'] else 'NOT met by any rule tried; the best is shown'}).",
         "",
         table(["interactive target (s)", "scale-down window (s)", "replica-hours", "p99 (ms)", "p50 (ms)",
-               "max replicas", "bulk job (s)"],
+               "max replicas", "scale events", "bulk job (s)"],
               [[r["rule"]["interactive_target_s"], r["rule"]["down_window"], r["replica_hours"], r["p99_ms"],
-                r["p50_ms"], r["max_replicas"], r["bulk_job_s"]] for r in d["sweep"]]),
+                r["p50_ms"], r["max_replicas"], r["scale_events"], r["bulk_job_s"]] for r in d["sweep"]]),
+        "",
+        "Choice: the rule with the fewest scale events among those within 3 % of the cheapest rule that "
+        "meets the goal (each scale-up is a cold start, each scale-down a drain). Scale-up pods per period, "
+        "the poll and scrape intervals and the cooldown are fixed, not swept.",
         "",
         f"Chosen (the chart's defaults): interactive target {rule['interactive_target_s']} s, batch target "
         f"{d['batch_target_s']} s, scale-up {rule['up_pods']} pods (or 100 %) per {rule['up_period']} s, "

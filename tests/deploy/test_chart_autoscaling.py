@@ -7,6 +7,7 @@ read only series Tulip and Ivy export (deploy/README.md)."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -160,3 +161,20 @@ def test_a_pod_the_autoscaler_removes_leaves_dns_then_drains_within_its_grace(ke
     ivy = env(container(one(keda_objects, "Deployment", "ivy"), "ivy"))
     assert sleep > float(ivy["IVY_DNS_INTERVAL"])
     assert sleep + float(env(c)["TULIP_DRAIN_TIMEOUT"]) < tulip["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+
+
+def test_the_defaults_are_the_replayed_days_choice():
+    """values.yaml's thresholds are what `python -m bench autoscale` chose in
+    the newest committed run (bench/results/*/autoscale.json)."""
+    runs = sorted((CHART.parents[1] / "bench" / "results").glob("*/autoscale.json"))
+    assert runs, "no committed autoscale run"
+    chosen = json.loads(runs[-1].read_text())["results"]
+    rule = chosen["chosen"]["rule"]
+    a = yaml.safe_load((CHART / "values.yaml").read_text())["tulip"]["autoscaling"]
+    assert a["interactiveTargetSeconds"] == rule["interactive_target_s"]
+    assert a["batchTargetSeconds"] == pytest.approx(chosen["batch_target_s"], abs=5e-4)
+    assert a["scaleDown"]["stabilizationWindowSeconds"] == rule["down_window"]
+    assert (a["scaleUp"]["pods"], a["scaleUp"]["periodSeconds"]) == (rule["up_pods"], rule["up_period"])
+    assert (a["scaleDown"]["pods"], a["scaleDown"]["periodSeconds"]) == (rule["down_pods"], rule["down_period"])
+    assert a["keda"]["cooldownPeriodSeconds"] == rule["cooldown"]
+    assert a["maxReplicas"] == rule["max_replicas"]
