@@ -104,11 +104,11 @@ impl Backlog {
         now: Instant,
     ) {
         self.window_unsaturated |= !saturated;
-        for i in 0..2 {
+        for (i, n) in tokens.into_iter().enumerate() {
             if from_queue {
-                self.waiting[i] = self.waiting[i].saturating_sub(tokens[i]);
+                self.waiting[i] = self.waiting[i].saturating_sub(n);
             }
-            self.inflight[i] += tokens[i];
+            self.inflight[i] += n;
         }
         if !busy_before {
             self.busy_mark = Some(now);
@@ -117,8 +117,8 @@ impl Backlog {
 
     /// A step ended; `busy_after`: whether another is still in flight.
     pub fn finished(&mut self, tokens: [u64; 2], busy_after: bool, now: Instant) {
-        for i in 0..2 {
-            self.inflight[i] = self.inflight[i].saturating_sub(tokens[i]);
+        for (held, n) in self.inflight.iter_mut().zip(tokens) {
+            *held = held.saturating_sub(n);
         }
         if let Some(mark) = self.busy_mark {
             self.window_busy += now.saturating_duration_since(mark);
