@@ -141,6 +141,7 @@ def test_hpa_variant_reads_external_metrics_per_class(hpa_objects, scaledobject_
 @pytest.mark.parametrize("sets, message", [
     ({**KEDA, **HPA}, "tulip.autoscaling: enable keda or hpa, not both"),
     ({**HPA, "tulip.autoscaling.minReplicas": 0}, "tulip.autoscaling.minReplicas 0 (scale from zero) needs keda"),
+    ({**KEDA, "pools[0].name": "reranker"}, "tulip.autoscaling sizes one Tulip pool"),
 ])
 def test_chart_refuses_conflicting_autoscaling(helm_bin, sets, message):
     args = ["template", "embed", CHART, "--kube-version", KUBE_VERSION]
