@@ -112,6 +112,7 @@ fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
         data: out.data().clone(),
         prompt_tokens: out.tokens,
         timing: timing(out, started),
+        embedding_type: pb::EmbeddingType::Float as i32,
     }
 }
 
@@ -133,6 +134,7 @@ async fn embed_job(
         prompt_name: r.prompt_name,
         raw_scores: false,
         priority: priority(r.priority)?,
+        ..Options::default()
     };
     pipeline::run(
         state,
@@ -145,6 +147,21 @@ async fn embed_job(
         deadline,
     )
     .await
+}
+
+/// `Embed` (and each `EmbedStream` message): float vectors, or quantized
+/// as `embedding_type` asks (`quantized.rs`).
+async fn embed_dense(
+    state: &AppState,
+    r: pb::EmbedRequest,
+    deadline: Instant,
+    started: Instant,
+) -> Result<pb::EmbedResponse, ApiError> {
+    let (precision, ranges) = super::quantized::prepare(state, &r).await?;
+    let out = embed_job(state, r, Kind::Dense, deadline).await?;
+    let mut reply = embed_response(&out, started);
+    super::quantized::apply(&mut reply, &out, precision, ranges.as_deref());
+    Ok(reply)
 }
 
 /// Rerank and predict take the same scoring options: truncation, raw
@@ -182,15 +199,15 @@ async fn stream_message(
     let deadline = state.deadline();
     let result = id
         .clone()
-        .scope(embed_job(&state, r, Kind::Dense, deadline))
+        .scope(embed_dense(&state, r, deadline, started))
         .instrument(span.clone())
         .await;
     let answer = match result {
-        Ok(out) => {
+        Ok(reply) => {
             state
                 .metrics
                 .request("grpc", "embed_stream", "OK".into(), None);
-            Answer::Embedding(embed_response(&out, started))
+            Answer::Embedding(reply)
         }
         Err(e) => {
             let (code, message) = failed(&state, "embed_stream", &e, &id, &span);
@@ -263,8 +280,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedResponse>, Status> {
         self.call("embed", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let out = embed_job(&state, r, Kind::Dense, deadline).await?;
-            Ok(embed_response(&out, started))
+            embed_dense(&state, r, deadline, started).await
         })
         .await
     }

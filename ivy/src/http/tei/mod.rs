@@ -25,12 +25,26 @@ use crate::state::AppState;
 
 pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     embedding(state, headers, body, Kind::Dense, "embed", |out| {
+        if !out.row_counts().is_empty() {
+            // `long_inputs: "windows"`: each input's window vectors.
+            return to_json(&multi_rows(out));
+        }
         to_json(&Rows {
             data: out.data(),
             dim: out.dim,
         })
     })
     .await
+}
+
+/// Several vectors per input, as `[[[float]]]`.
+fn multi_rows(out: &Output) -> Vec<Rows<'_>> {
+    (0..out.sequences)
+        .map(|i| Rows {
+            data: out.vectors(i),
+            dim: out.dim,
+        })
+        .collect()
 }
 
 pub async fn embed_sparse(
@@ -56,13 +70,7 @@ pub async fn embed_sparse(
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let kind = pipeline::embed_all_kind(state.model.info().as_deref());
     embedding(state, headers, body, kind, "embed_all", |out| {
-        let all: Vec<Rows> = (0..out.sequences)
-            .map(|i| Rows {
-                data: out.vectors(i),
-                dim: out.dim,
-            })
-            .collect();
-        to_json(&all)
+        to_json(&multi_rows(out))
     })
     .await
 }
@@ -91,6 +99,7 @@ async fn embedding(
         if kind == Kind::Dense {
             options.normalize = Some(fields::opt_bool(&obj, "normalize")?.unwrap_or(true));
             options.dimensions = fields::dimensions(&obj)?;
+            options.long_inputs = fields::long_inputs(&obj, state.config.long_inputs, true)?;
         }
         let job = Job {
             kind,
@@ -126,6 +135,7 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         options.normalize = Some(true);
+        options.long_inputs = fields::long_inputs(&obj, state.config.long_inputs, false)?;
         let job = Job {
             kind: Kind::Dense,
             inputs: Inputs::Texts([vec![source], sentences].concat()),
