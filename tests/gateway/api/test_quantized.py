@@ -175,3 +175,18 @@ def test_truncate_start_and_end(ivy_minilm):
     start = v2(ivy_minilm, {"texts": [long], "truncate": "START"})[1]["embeddings"]["float"]
     left = ivy_minilm.post_json("/embed", {"inputs": long, "truncate": True, "truncation_direction": "left"})[1]
     assert np.allclose(start, left, atol=1e-6) and not np.allclose(start, end, atol=1e-3)
+
+
+def test_cohere_client_v2_embed(ivy_minilm, ranges):
+    """Cohere's own client (ClientV2) at Ivy's base URL: typed answers parse,
+    and equal the wire's."""
+    cohere = pytest.importorskip("cohere")
+    co = cohere.ClientV2(api_key="unused", base_url=ivy_minilm.url)
+    model = ivy_minilm.post_json("/v1/embeddings", {"input": "x"})[1]["model"]
+    got = co.embed(texts=TEXTS[:3], model=model, input_type="search_document",
+                   embedding_types=["float", "int8", "ubinary"])
+    want = v2(ivy_minilm, {"texts": TEXTS[:3], "embedding_types": ["float", "int8", "ubinary"]})[1]
+    assert got.embeddings.int8 == want["embeddings"]["int8"]
+    assert got.embeddings.ubinary == want["embeddings"]["ubinary"]
+    assert np.allclose(got.embeddings.float_, want["embeddings"]["float"], atol=1e-6)
+    assert got.texts == TEXTS[:3] and got.meta.billed_units.input_tokens > 0
