@@ -19,8 +19,10 @@ pub async fn prepare(
 ) -> Result<(Precision, Option<Arc<Ranges>>), ApiError> {
     let precision = precision(r.embedding_type)?;
     let ranges = if precision.needs_ranges() {
+        let (pool, _) = state.pool(r.model.as_deref())?;
         let dimensions = (r.dimensions > 0).then_some(r.dimensions);
-        Some(quantize::ranges(state, dimensions, Some(r.normalize.unwrap_or(true))).await?)
+        let normalize = Some(r.normalize.unwrap_or(true));
+        Some(quantize::ranges(state, &pool, dimensions, normalize).await?)
     } else {
         None
     };

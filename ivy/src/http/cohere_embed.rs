@@ -24,12 +24,13 @@ use crate::pipeline::quantize::{self, Precision};
 use crate::pipeline::{self, Inputs, Job, Kind, Options};
 use crate::request::id::RequestId;
 use crate::state::AppState;
+use crate::upstream::pools::Pool;
 
 pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
     let result = async {
         let obj = json_object(&state, &headers, body, "texts")?;
-        state.served_model(fields::opt_string(&obj, "model")?)?;
+        let (pool, _) = fields::pool(&state, &obj)?;
         if obj.contains_key("images") || (obj.contains_key("inputs") && !obj.contains_key("texts"))
         {
             return Err(ApiError::schema(
@@ -44,12 +45,13 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
             truncate,
             direction,
             dimensions: output_dimension(&obj)?,
-            prompt_name: prompt_name(&state, &obj)?,
+            prompt_name: prompt_name(&state, &pool, &obj)?,
             long_inputs: fields::long_inputs(&obj, state.config.long_inputs, false)?,
             ..Options::default()
         };
-        let ranges = quantize::ranges_for(&state, &types, &options).await?;
+        let ranges = quantize::ranges_for(&state, &pool, &types, &options).await?;
         let job = Job {
+            pool,
             kind: Kind::Dense,
             inputs: Inputs::Texts(texts.clone()),
             field: "texts",
@@ -169,7 +171,7 @@ fn output_dimension(obj: &Object) -> Result<Option<u32>, ApiError> {
 /// one for it (`query` for `search_query`, `document` or `passage` for
 /// `search_document`), when the model or templates file has it; otherwise
 /// the default prompt. An explicit `prompt_name` wins.
-fn prompt_name(state: &AppState, obj: &Object) -> Result<Option<String>, ApiError> {
+fn prompt_name(state: &AppState, pool: &Pool, obj: &Object) -> Result<Option<String>, ApiError> {
     if let Some(p) = fields::opt_string(obj, "prompt_name")? {
         return Ok(Some(p));
     }
@@ -190,7 +192,7 @@ fn prompt_name(state: &AppState, obj: &Object) -> Result<Option<String>, ApiErro
             ))
         }
     };
-    let templates = state.templates();
+    let templates = state.templates(pool);
     Ok(candidates
         .iter()
         .find(|c| templates.prompts.contains_key(**c))

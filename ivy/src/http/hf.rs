@@ -52,9 +52,11 @@ impl Route {
 /// `POST /` and `POST /invocations`: the model's own route, with its body,
 /// answer, errors and metrics label.
 pub async fn post(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    // The default model's: TEI's routes name none.
     let kinds = state
-        .model
-        .info()
+        .pool(None)
+        .ok()
+        .and_then(|(pool, _)| pool.info())
         .map(|m| crate::model::kinds(&m))
         .unwrap_or_default();
     let s = State(state.clone());

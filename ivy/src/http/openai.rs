@@ -5,6 +5,7 @@
 //! quantized `encoding_format`s (`int8`, `uint8`, `binary`, `ubinary`: arrays
 //! of integers, as `/v2/embed` makes them).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::State;
@@ -35,7 +36,7 @@ pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body:
     let result = async {
         let obj = json_object(&state, &headers, body, "input")?;
         let format = format(&obj)?;
-        let model = state.served_model(fields::opt_string(&obj, "model")?)?;
+        let (pool, model) = fields::pool(&state, &obj)?;
         let options = Options {
             truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(true),
             direction: fields::direction(&obj)?,
@@ -51,10 +52,11 @@ pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body:
             ..Options::default()
         };
         let ranges = match format {
-            Format::Quantized(p) => quantize::ranges_for(&state, &[p], &options).await?,
+            Format::Quantized(p) => quantize::ranges_for(&state, &pool, &[p], &options).await?,
             _ => None,
         };
         let job = Job {
+            pool,
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
             field: "input",
@@ -87,9 +89,20 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
     finish(&state, Api::OpenAi, "rerank", result)
 }
 
-/// `GET /v1/models`: the served names, in OpenAI's list shape.
+/// `GET /v1/models`: every pool's served names, in OpenAI's list shape,
+/// the default model's first.
 pub async fn models(State(state): State<AppState>) -> Response {
-    let names = state.served_names();
+    let pools = state.pools.all();
+    let default = state.pools.default_pool();
+    let names: Vec<String> = default
+        .iter()
+        .chain(
+            pools
+                .iter()
+                .filter(|p| !default.as_ref().is_some_and(|d| Arc::ptr_eq(d, p))),
+        )
+        .flat_map(|p| p.served_names())
+        .collect();
     let result = if names.is_empty() {
         Err(crate::upstream::no_replica(&state.replicas))
     } else {

@@ -20,6 +20,7 @@ pub mod tokens;
 mod validate;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ivy_tokenizer::Direction;
@@ -33,7 +34,7 @@ use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::request::id::RequestId;
 use crate::state::AppState;
-use crate::upstream::no_replica;
+use crate::upstream::pools::Pool;
 
 /// What the model should produce: the wire's output kinds, one enum for
 /// Ivy and Tulip (`proto`), read with `Kind::of` and named by `Kind::name`.
@@ -122,6 +123,9 @@ pub struct Options {
 }
 
 pub struct Job {
+    /// The model's pool (`Gateway::pool`): its tokenizer, templates and
+    /// replicas serve the job.
+    pub pool: Arc<Pool>,
     pub kind: Kind,
     pub inputs: Inputs,
     pub options: Options,
@@ -160,16 +164,18 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
     if job.kind != Kind::Dense {
         job.options.long_inputs = LongInputs::Truncate;
     }
-    let model = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
+    let pool = Arc::clone(&job.pool);
+    let model = pool.info().ok_or_else(|| pool.no_replica())?;
     validate::job(&job, &model, &state.config)?;
 
     let started = Instant::now();
-    let templates = state.templates();
+    let templates = state.templates(&pool);
     // Counts as i64: the trace exporter writes unsigned values as strings.
     let span = tracing::debug_span!("tokenize", inputs = job.inputs.len() as i64, tokens = Empty);
     let job_ids = matches!(job.inputs, Inputs::Ids(_));
     let tokenized = prepare::tokenize(
         state,
+        &pool,
         &model,
         &templates,
         job.inputs,
@@ -184,7 +190,7 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
         let frame = if job_ids {
             long_input::Frame::default()
         } else {
-            long_input::Frame::of(state.tokenizer()?.as_ref())?
+            long_input::Frame::of(state.tokenizer(&pool)?.as_ref())?
         };
         let max = prepare::max_input_length(
             state.config.max_input_length,
@@ -239,7 +245,8 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
         priority: priority.proto() as i32,
     };
     let sent = Instant::now();
-    let replies = dispatch::send_all(state, &tokenized, &chunks, &template, priority).await?;
+    let replies =
+        dispatch::send_all(state, &pool, &tokenized, &chunks, &template, priority).await?;
     state.metrics.stage(Stage::Dispatch, sent.elapsed());
 
     let mut out = Output::merge(job.kind, &chunks, replies)?;

@@ -20,7 +20,7 @@ use super::{floats, Inputs, Job, Kind, Options, Output, Priority};
 use crate::error::ApiError;
 use crate::model::calibration::{Corpus, Key, Ranges};
 use crate::state::AppState;
-use crate::upstream::no_replica;
+use crate::upstream::pools::Pool;
 
 /// The built-in calibration corpus (provenance in `ivy/data/README.md`).
 const BUILTIN_CORPUS: &str = include_str!("../../data/calibration.txt");
@@ -135,13 +135,14 @@ pub fn rows(out: &Output, precision: Precision, ranges: Option<&Ranges>) -> Vec<
 /// float and binary types.
 pub async fn ranges_for(
     state: &AppState,
+    pool: &Arc<Pool>,
     precisions: &[Precision],
     options: &Options,
 ) -> Result<Option<Arc<Ranges>>, ApiError> {
     if !precisions.iter().any(|p| p.needs_ranges()) {
         return Ok(None);
     }
-    ranges(state, options.dimensions, options.normalize)
+    ranges(state, pool, options.dimensions, options.normalize)
         .await
         .map(Some)
 }
@@ -163,18 +164,16 @@ fn packbits(row: &[f32]) -> Vec<u8> {
 /// (concurrent requests wait on the same calibration).
 pub async fn ranges(
     state: &AppState,
+    pool: &Arc<Pool>,
     dimensions: Option<u32>,
     normalize: Option<bool>,
 ) -> Result<Arc<Ranges>, ApiError> {
-    let model = state
-        .model
-        .info()
-        .ok_or_else(|| no_replica(&state.replicas))?;
+    let model = pool.info().ok_or_else(|| pool.no_replica())?;
     let key: Key = (
         dimensions.unwrap_or(model.dimension),
         normalize.unwrap_or(model.normalize_default),
     );
-    let calibrations = &state.model.calibrations;
+    let calibrations = &pool.model.calibrations;
     if let Some(r) = calibrations.known(key) {
         return Ok(r);
     }
@@ -182,10 +181,11 @@ pub async fn ranges(
         from_file(path, &model.model_id, key)?
     } else {
         let pending = calibrations.corpus(|| {
-            let state = Arc::clone(state);
+            let (state, pool) = (Arc::clone(state), Arc::clone(pool));
             // Its own task: a request that times out does not cancel it.
-            let task =
-                tokio::spawn(async move { calibrate(&state).await.map_err(|e| e.to_string()) });
+            let task = tokio::spawn(async move {
+                calibrate(&state, pool).await.map_err(|e| e.to_string())
+            });
             async move {
                 task.await
                     .unwrap_or_else(|e| Err(format!("the calibration task failed: {e}")))
@@ -210,7 +210,7 @@ pub async fn ranges(
 
 /// Embeds the calibration corpus (full dimension, not normalized) in
 /// requests within Ivy's own limits, as batch work.
-async fn calibrate(state: &AppState) -> Result<Corpus, ApiError> {
+async fn calibrate(state: &AppState, pool: Arc<Pool>) -> Result<Corpus, ApiError> {
     let (source, corpus) = corpus(state)?;
     let started = Instant::now();
     let per_request = state.config.max_inputs.clamp(1, 256);
@@ -218,6 +218,7 @@ async fn calibrate(state: &AppState) -> Result<Corpus, ApiError> {
     let mut dim = 0;
     for texts in corpus.chunks(per_request) {
         let job = Job {
+            pool: Arc::clone(&pool),
             kind: Kind::Dense,
             inputs: Inputs::Texts(texts.to_vec()),
             field: "inputs",
@@ -234,11 +235,7 @@ async fn calibrate(state: &AppState) -> Result<Corpus, ApiError> {
         rows.extend(super::floats(out.data()));
     }
     let texts = corpus.len();
-    let model = state
-        .model
-        .info()
-        .map(|m| m.model_id.clone())
-        .unwrap_or_default();
+    let model = pool.name.to_string();
     tracing::info!(model = %model, texts, %source, ms = started.elapsed().as_millis() as u64,
                    "calibration corpus embedded for quantized vectors");
     Ok(Corpus { source, dim, rows })

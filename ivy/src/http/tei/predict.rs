@@ -24,6 +24,7 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
     let started = Instant::now();
     let result = async {
         let obj = json_object(&state, &headers, body, "inputs")?;
+        let (pool, _) = fields::pool(&state, &obj)?;
         let (inputs, batch) = parse_inputs(&obj)?;
         let hub = hub_parameters(&obj)?;
         let raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
@@ -32,7 +33,8 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
             raw_scores: raw_scores || hub.as_ref().is_some_and(|h| h.function.is_some()),
             ..common_options(&state, &obj)?
         };
-        let (out, mut labelled) = predict::run(&state, inputs, options, state.deadline()).await?;
+        let (out, mut labelled) =
+            predict::run(&state, pool, inputs, options, state.deadline()).await?;
         if let Some(hub) = &hub {
             for one in &mut labelled {
                 hub.apply(one);
