@@ -268,11 +268,11 @@ class CpuFastPath:
             if self._states.get(bucket, State.COLD) is not State.COLD:
                 return
             self._states[bucket] = State.PENDING
+            sample = Batch(batch.arena[: batch.layout.size].clone(), batch.layout, batch.kind, batch.resolved)
+            self._jobs.put((bucket, sample, eager_out.detach().clone()))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._builder, name="rose-cpufast", daemon=True)
                 self._thread.start()
-        sample = Batch(batch.arena[: batch.layout.size].clone(), batch.layout, batch.kind, batch.resolved)
-        self._jobs.put((bucket, sample, eager_out.detach().clone()))
 
     def wait(self, timeout: float = 600.0) -> bool:
         """Blocks until every queued build is done (tests, benchmarks,
@@ -286,8 +286,17 @@ class CpuFastPath:
         return False
 
     def _builder(self) -> None:
+        """Builds queued buckets; ends when none has come for a while (a
+        later cold bucket starts it again)."""
         while True:
-            bucket, sample, want = self._jobs.get()
+            try:
+                bucket, sample, want = self._jobs.get(timeout=5.0)
+            except queue.Empty:
+                with self._lock:  # jobs are queued under this lock
+                    if self._jobs.empty():
+                        self._thread = None
+                        return
+                continue
             try:
                 self._build(bucket, sample, want)
             except Exception:  # never let one bucket take the thread down
