@@ -15,12 +15,14 @@ How, mirroring the CUDA graphs: steps of at most ``max_tokens`` real tokens
 (and ``max_sequences`` sequences) of the model's primary output kind fall
 into token-count buckets (powers of two from 16). A bucket's first step
 runs eagerly and its input and output are kept; a background thread builds
-the runtime (once per model: export of a fresh float32 copy of the model,
-ONNX Runtime session, the temporary files deleted) and then gates the
-bucket: the runtime's output on that same step must have a cosine of at
-least 0.999 with the eager output, row by row. A bucket that passes runs on
-ONNX Runtime from then on; one that fails, or every bucket of a model whose
-export fails (a family the exporter cannot trace), stays eager. Nothing on
+the runtime (once per model: a child process exports a fresh float32 copy
+of the model, so the exporter's memory and its seconds of Python holding
+the GIL stay out of the server; then the ONNX Runtime session loads and the
+temporary files go) and then gates the bucket: the runtime's output on
+that same step must have a cosine of at least 0.999 with the eager output,
+row by row. A bucket that passes runs on ONNX Runtime from then on; one
+that fails, or every bucket of a model whose export fails (a family the
+exporter cannot trace), stays eager. Nothing on
 the request path waits for a build, and with the fast path off nothing of
 it is imported or started.
 
@@ -33,6 +35,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
+import subprocess
+import sys
 import importlib.util
 import logging
 import queue
@@ -43,7 +48,6 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -58,6 +62,8 @@ log = logging.getLogger("rose.cpufast")
 
 # Cosine every row of a bucket's first step must reach against eager.
 FIDELITY = 0.999
+# Longest an export may take (seconds): on a busy 2-core machine ~10-200.
+EXPORT_TIMEOUT_S = 1800
 _INPUTS = ("ids", "positions", "seg_ids", "cu", "inv_len", "dims", "norm")
 
 
@@ -154,25 +160,57 @@ def export_backend() -> AttentionBackend:
     return _ExportAttention()
 
 
-def _session(model: EmbeddingModel, kind: OutputKind, sample: Batch, settings: FastPathSettings):
-    """Exports ``model`` (float32, CPU, built with ``export_backend()``) and
-    loads it into an ONNX Runtime session; the files go once it is loaded."""
-    import onnxruntime as ort
+def trace_sample(kind: OutputKind, dimension: int) -> Batch:
+    """What the export traces with: two sequences, so that neither the token
+    nor the sequence count is specialised to 1 (ids from 5 up: clear of
+    special ids and XLM-R's padding id)."""
+    batch = Batch.from_lists([list(range(5, 10)), list(range(10, 17))], kind,
+                             dimensions=[dimension] * 2, normalize=[True, False])
+    batch.resolved = True
+    return batch
 
+
+def export(model_dir: str, out: str, max_tokens: int, max_sequences: int) -> None:
+    """Writes the model's primary output as an ONNX graph over the arena's
+    fields (``_INPUTS``), with dynamic token and sequence counts. Runs in a
+    child process (``python -m rose.cpufast``): the exporter's memory and
+    its seconds of Python holding the GIL stay out of the server."""
+    from .config import ModelSpec
+    from .engine import load_model
+
+    model = load_model(ModelSpec.from_dir(model_dir), export_backend())
+    kind = model.kinds[0]
     flat = _Flat(model, kind).eval()
+    sample = trace_sample(kind, model.dimension)
     views = sample.layout.views(sample.arena)
     args = tuple(views[k] for k in _INPUTS)
-    tokens = torch.export.Dim("tokens", min=2, max=max(settings.max_tokens, 2))
-    seqs = torch.export.Dim("sequences", min=1, max=settings.max_sequences)
+    tokens = torch.export.Dim("tokens", min=2, max=max(max_tokens, 2))
+    seqs = torch.export.Dim("sequences", min=1, max=max_sequences)
     per_seq = {0: seqs}
     dynamic = {"ids": {0: tokens}, "positions": {0: tokens}, "seg_ids": {0: tokens}, "cu": {0: seqs + 1},
                "inv_len": per_seq, "dims": per_seq, "norm": per_seq}
+    with torch.no_grad(), _quiet():
+        torch.onnx.export(flat, args, out, dynamo=True, dynamic_shapes=dynamic, input_names=list(_INPUTS),
+                          output_names=["out"], optimize=True, verbose=False)
+
+
+def _session(model_dir: Path, settings: FastPathSettings):
+    """Exports the model in a child process into a temporary directory and
+    loads it into an ONNX Runtime session; the files go once it is loaded."""
+    import onnxruntime as ort
+
     tmp = Path(tempfile.mkdtemp(prefix="rose-cpufast-"))
     try:
         path = tmp / "model.onnx"
-        with torch.no_grad(), _quiet():
-            torch.onnx.export(flat, args, str(path), dynamo=True, dynamic_shapes=dynamic, input_names=list(_INPUTS),
-                              output_names=["out"], optimize=True, verbose=False)
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        res = subprocess.run([sys.executable, "-m", "rose.cpufast", str(model_dir), str(path),
+                              "--max-tokens", str(settings.max_tokens), "--max-sequences", str(settings.max_sequences)],
+                             capture_output=True, text=True, env=env, timeout=EXPORT_TIMEOUT_S)
+        if res.returncode != 0 or not path.is_file():
+            lines = [x for x in (res.stderr or res.stdout).strip().splitlines() if x.strip()]
+            raise RuntimeError(f"export failed (exit {res.returncode}): {lines[-1] if lines else 'no output'}")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = settings.threads or torch.get_num_threads()
         opts.inter_op_num_threads = 1
@@ -223,9 +261,8 @@ class CpuFastPath:
     of one model. ``lookup`` and ``offer`` are the request path's only
     calls: neither ever waits for a build."""
 
-    def __init__(self, load_model: Callable[[AttentionBackend], EmbeddingModel], kind: OutputKind,
-                 dimension: int, settings: FastPathSettings | None = None):
-        self.load_model = load_model  # a fresh float32 CPU copy of the model, built with a backend
+    def __init__(self, model_dir: Path, kind: OutputKind, dimension: int, settings: FastPathSettings | None = None):
+        self.model_dir = Path(model_dir)
         self.kind = kind
         self.dimension = dimension
         self.settings = settings or FastPathSettings()
@@ -307,24 +344,13 @@ class CpuFastPath:
         with self._lock:
             self._states[bucket] = state
 
-    def _trace_sample(self) -> Batch:
-        """What the export traces with: two sequences, so that neither the
-        token nor the sequence count is specialised to 1 (ids from 5 up:
-        clear of XLM-R's padding id)."""
-        batch = Batch.from_lists([list(range(5, 10)), list(range(10, 17))], self.kind,
-                                 dimensions=[self.dimension] * 2, normalize=[True, False])
-        batch.resolved = True
-        return batch
-
     def _build(self, bucket: int, sample: Batch, want: torch.Tensor) -> None:
         if self._session is None and self._broken is None:
             started = time.perf_counter()
             try:
                 # The serving model's layers are packed for oneDNN and bound
-                # to the serving attention backend: export a fresh copy.
-                model = self.load_model(export_backend())
-                self._session = _session(model, self.kind, self._trace_sample(), self.settings)
-                del model
+                # to the serving attention backend: a fresh copy is exported.
+                self._session = _session(self.model_dir, self.settings)
             except Exception as e:  # a family the exporter or the runtime cannot take
                 self._broken = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
                 log.warning("CPU fast path unavailable for this model, every step stays eager: %s", self._broken)
@@ -344,3 +370,22 @@ class CpuFastPath:
             self._set(bucket, State.FAILED)
             log.warning("CPU fast path: bucket %d tokens fails the fidelity gate (min cosine %.6f < %s); it "
                         "stays eager", bucket, cos, FIDELITY)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m rose.cpufast", description="Export a model for the CPU fast path.")
+    p.add_argument("model_dir")
+    p.add_argument("out")
+    p.add_argument("--max-tokens", type=int, default=FastPathSettings.max_tokens)
+    p.add_argument("--max-sequences", type=int, default=FastPathSettings.max_sequences)
+    args = p.parse_args(argv)
+    os.nice(10)  # behind the server's own steps
+    torch.set_num_threads(1)
+    export(args.model_dir, args.out, args.max_tokens, args.max_sequences)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -201,7 +201,7 @@ class Engine:
         if cpu_fast_path:
             why = _fast_path_refusal(spec, dev, dt)
             if why is None:
-                fast = CpuFastPath(lambda b: load_model(spec, b), model.kinds[0], model.dimension,
+                fast = CpuFastPath(spec.path, model.kinds[0], model.dimension,
                                    cpu_fast_path_settings)
             else:
                 log.info("CPU fast path off: %s", why)
