@@ -166,7 +166,7 @@ class Stack:
         """Another Tulip on the same model with other flags, gated like the
         first; the caller stops it."""
         return self._start(name, lambda: Tulip(self.model_dir, log_dir=self.log_dir, threads=self.threads,
-                                               **flags), self._grpc_embed)
+                                               timeout=900, **{**self.tulip_flags, **flags}), self._grpc_embed)
 
     def ivy(self) -> Ivy:
         if self._ivy is None:

@@ -189,7 +189,7 @@ def export(model_dir: str, out: str, max_tokens: int, max_sequences: int) -> Non
     per_seq = {0: seqs}
     dynamic = {"ids": {0: tokens}, "positions": {0: tokens}, "seg_ids": {0: tokens}, "cu": {0: seqs + 1},
                "inv_len": per_seq, "dims": per_seq, "norm": per_seq}
-    with torch.no_grad(), _quiet():
+    with torch.no_grad(), quiet_exporter():
         torch.onnx.export(flat, args, out, dynamo=True, dynamic_shapes=dynamic, input_names=list(_INPUTS),
                           output_names=["out"], optimize=True, verbose=False)
 
@@ -222,7 +222,7 @@ def _session(model_dir: Path, settings: FastPathSettings):
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet_exporter():
     """The exporter's progress lines and warnings, at INFO and below, would
     flood a server's log for one build."""
     loggers = [logging.getLogger(n) for n in ("onnx_ir", "onnxscript", "torch.onnx", "torch.export")]

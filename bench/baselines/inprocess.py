@@ -99,7 +99,9 @@ class OnnxRuntimeBaseline:
             ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
             batch, length = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("length", min=2, max=8192)
             dyn = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
-            with torch.no_grad():
+            from rose.cpufast import quiet_exporter
+
+            with torch.no_grad(), quiet_exporter():
                 torch.onnx.export(_LastHidden(model), (ids, torch.ones_like(ids)), str(path), dynamo=True,
                                   dynamic_shapes=dyn, input_names=list(dyn), output_names=["last_hidden_state"],
                                   optimize=True, verbose=False)
