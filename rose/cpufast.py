@@ -41,6 +41,7 @@ import sys
 import importlib.util
 import logging
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -209,8 +210,11 @@ def _session(model_dir: Path, settings: FastPathSettings):
                               "--max-tokens", str(settings.max_tokens), "--max-sequences", str(settings.max_sequences)],
                              capture_output=True, text=True, env=env, timeout=EXPORT_TIMEOUT_S)
         if res.returncode != 0 or not path.is_file():
-            lines = [x for x in (res.stderr or res.stdout).strip().splitlines() if x.strip()]
-            raise RuntimeError(f"export failed (exit {res.returncode}): {lines[-1] if lines else 'no output'}")
+            lines = [x.strip() for x in (res.stderr or res.stdout).splitlines() if x.strip()]
+            # The exception's own line, not the exporter's closing advice.
+            errors = [x for x in lines if re.match(r"^[\w.]*(Error|Exception)\b", x)]
+            why = (errors or lines or ["no output"])[-1]
+            raise RuntimeError(f"export failed (exit {res.returncode}): {why}")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = settings.threads or torch.get_num_threads()
         opts.inter_op_num_threads = 1
