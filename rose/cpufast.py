@@ -220,7 +220,12 @@ def _session(model_dir: Path, settings: FastPathSettings):
         opts.inter_op_num_threads = 1
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spin else "0")
         opts.log_severity_level = 3
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        fixed = [i.name for i in session.get_inputs() if isinstance(i.shape[0], int)]
+        if fixed:  # the model loops in Python over a size: the trace fixed it
+            raise RuntimeError(f"the export fixed the size of {', '.join(fixed)}: this family's step depends on "
+                               "Python control flow over its sizes")
+        return session
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
