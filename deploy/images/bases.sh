@@ -11,6 +11,11 @@
 #           image lays it out: Debian's rustc is older than the 1.95 the
 #           Dockerfiles pin)
 # An existing stand-in is kept; REBUILD=1 makes them again.
+#
+# Behind a TLS-intercepting proxy, HOST_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+# puts this machine's CA bundle in the stand-ins (and points pip and cargo
+# at it), so builds on them can fetch crates and wheels. Local builds only:
+# the certificates stay in images built on these bases.
 set -euo pipefail
 BUILDAH=${BUILDAH:-buildah --storage-driver vfs}
 SUITE=${SUITE:-trixie}
@@ -26,6 +31,11 @@ import() {
     local ctr
     ctr=$($BUILDAH from scratch)
     $BUILDAH add "$ctr" "$tar" /
+    if [ -n "${HOST_CA_BUNDLE:-}" ]; then
+        $BUILDAH copy "$ctr" "$HOST_CA_BUNDLE" /etc/ssl/certs/ca-certificates.crt >/dev/null
+        set -- "$@" --env PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+            --env CARGO_HTTP_CAINFO=/etc/ssl/certs/ca-certificates.crt
+    fi
     $BUILDAH config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --env LANG=C.UTF-8 --cmd /bin/bash "$@" "$ctr"
     $BUILDAH commit --quiet "$ctr" "$PREFIX/$name:$SUITE" >/dev/null

@@ -8,6 +8,7 @@
 # (bases.sh: Debian 13 root filesystems from mmdebstrap) and takes the CPU
 # variant's PyTorch from PyPI instead of PyTorch's CPU index; LOCAL_BASES=0
 # pulls the pinned bases and uses the CPU index, as `docker build` does.
+# HOST_CA_BUNDLE (bases.sh) is for machines behind a TLS-intercepting proxy.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILDAH=${BUILDAH:-buildah --storage-driver vfs}
