@@ -32,17 +32,18 @@ cleanup() {
 trap cleanup EXIT
 
 # entrypoint_of PID: the first process under PID (buildah run) that is not
-# buildah itself (it re-executes itself to set up the chroot).
+# buildah's own (it re-executes itself as buildah-chroot-exec and such to
+# set up the chroot) and runs inside the container's root.
 entrypoint_of() {
-    local queue=("$1") pid child
+    local queue=("$1") pid child argv0
     while [ ${#queue[@]} -gt 0 ]; do
         pid=${queue[0]} queue=("${queue[@]:1}")
         for child in $(pgrep -P "$pid"); do
-            if [ "$(readlink "/proc/$child/exe")" = "$(readlink -f "$(command -v buildah)")" ]; then
-                queue+=("$child")
-            else
+            argv0=$(tr '\0' '\n' < "/proc/$child/cmdline" 2>/dev/null | head -1)
+            if [[ "$argv0" != *buildah* ]] && [ "$(readlink "/proc/$child/root")" != / ]; then
                 echo "$child"; return 0
             fi
+            queue+=("$child")
         done
     done
     return 1
@@ -68,10 +69,14 @@ run() {
     $BUILDAH run --isolation chroot "${envs[@]}" "$ctr" -- "${entrypoint[@]}" "${args[@]}" > "$OUT/$name.log" 2>&1 &
     runner=$!
     pids+=("$runner")
+    # Found the same twice in a row: the entrypoint, not a passing helper.
+    local seen=""
     entry_pid=""
     for _ in $(seq 300); do
-        entry_pid=$(entrypoint_of "$runner") && break
-        sleep 0.1
+        sleep 0.2
+        seen=$(entrypoint_of "$runner") || continue
+        [ "$seen" = "$entry_pid" ] && break
+        entry_pid=$seen
     done
     [ -n "$entry_pid" ] || { echo "no entrypoint process for $name"; cat "$OUT/$name.log"; exit 1; }
     pids+=("$entry_pid")
