@@ -14,7 +14,10 @@ cd "$(dirname "$0")/../.."
 BUILDAH=${BUILDAH:-buildah --storage-driver vfs}
 VERSION=${VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)}
 VARIANTS=${VARIANTS:-cpu}
-args=(--isolation chroot --layers)
+# No --layers: with vfs every cached step is a full copy of the root
+# filesystem (tens of GB for the Tulip image); the cargo and pip cache
+# mounts still make rebuilds incremental.
+args=(--isolation chroot)
 
 if [ "${LOCAL_BASES:-1}" = 1 ]; then
     BUILDAH="$BUILDAH" deploy/images/bases.sh

@@ -6,7 +6,8 @@
 #   2. single node: the Tulip image running `tulip-rose serve` (its Ivy from
 #      the tulip-rose-ivy wheel) as the compose single-node profile does.
 # Each answer is compared with sentence-transformers on the host (cosine),
-# then each entrypoint gets SIGTERM and must exit 0.
+# then each entrypoint gets SIGTERM and must exit 0. TULIP_IMAGE=host checks
+# the Ivy image alone: in front of this checkout's `python -m tulip`.
 #
 # Containers run with `buildah run` (chroot isolation: this machine's
 # network, so the ports are host ports). buildah answers its own SIGTERM by
@@ -128,8 +129,16 @@ stop() {  # PID NAME: SIGTERM to the entrypoint, which must exit 0
 
 start=$(date +%s)
 tulip_port=$(port) tulip_metrics=$(port) ivy_port=$(port) ivy_grpc=$(port)
-run tulip "$TULIP_IMAGE" "" TULIP_HOST=127.0.0.1 TULIP_PORT="$tulip_port" TULIP_METRICS_PORT="$tulip_metrics" --
-tulip_pid=$entry_pid tulip_runner=$runner
+if [ "$TULIP_IMAGE" = host ]; then
+    echo "== tulip: $PYTHON -m tulip on this machine (TULIP_IMAGE=host)"
+    TULIP_HOST=127.0.0.1 TULIP_PORT="$tulip_port" TULIP_METRICS_PORT="$tulip_metrics" \
+        "$PYTHON" -m tulip > "$OUT/tulip.log" 2>&1 &
+    tulip_pid=$! tulip_runner=$!
+    pids+=("$tulip_pid")
+else
+    run tulip "$TULIP_IMAGE" "" TULIP_HOST=127.0.0.1 TULIP_PORT="$tulip_port" TULIP_METRICS_PORT="$tulip_metrics" --
+    tulip_pid=$entry_pid tulip_runner=$runner
+fi
 run ivy "$IVY_IMAGE" "" IVY_TULIP="http://127.0.0.1:$tulip_port" IVY_HOST=127.0.0.1 IVY_PORT="$ivy_port" \
     IVY_GRPC_PORT="$ivy_grpc" --
 ivy_pid=$entry_pid ivy_runner=$runner
@@ -138,6 +147,10 @@ check "http://127.0.0.1:$ivy_port" "Ivy image -> Tulip image"
 stop "$ivy_pid" ivy "$ivy_runner"
 stop "$tulip_pid" tulip "$tulip_runner"
 
+if [ "$TULIP_IMAGE" = host ]; then
+    echo "smoke of the Ivy image passed in $(( $(date +%s) - start ))s; logs in $OUT"
+    exit 0
+fi
 serve_port=$(port) serve_grpc=$(port)
 # The entrypoint docker-compose.yml's single-node profile gives the image.
 run serve "$TULIP_IMAGE" "tulip-rose serve" TULIP_ROSE_REPLICAS=2 -- \
