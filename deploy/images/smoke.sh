@@ -143,7 +143,7 @@ run ivy "$IVY_IMAGE" "" IVY_TULIP="http://127.0.0.1:$tulip_port" IVY_HOST=127.0.
     IVY_GRPC_PORT="$ivy_grpc" --
 ivy_pid=$entry_pid ivy_runner=$runner
 wait_ready "http://127.0.0.1:$ivy_port/ready" ivy
-check "http://127.0.0.1:$ivy_port" "Ivy image -> Tulip image"
+check "http://127.0.0.1:$ivy_port" "Ivy image -> Tulip ${TULIP_IMAGE/#host/on the host}"
 stop "$ivy_pid" ivy "$ivy_runner"
 stop "$tulip_pid" tulip "$tulip_runner"
 
