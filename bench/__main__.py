@@ -22,6 +22,7 @@ COMMANDS = {
     "concurrency": "concurrency",
     "queries": "queries",
     "overhead": "overhead",
+    "routing": "routing",
     "overlap": "overlap",
     "isolation": "isolation",
     "bulk": "bulk",

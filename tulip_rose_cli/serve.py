@@ -57,7 +57,11 @@ goes through --tulip-arg / --ivy-arg, e.g. --tulip-arg=--threads=2 or
 Stops on SIGTERM or Ctrl-C: Ivy drains first, then the replicas (a second
 Ctrl-C kills them). Exit codes: 0 stopped by a signal; 1 a child exited or
 never became ready (its last log lines are printed); 2 bad usage or
-nothing to run (no Ivy binary, several --model)."""
+nothing to run (no Ivy binary).
+
+Several --model: one set of replicas per model (each on every device) behind
+the one Ivy, which routes each request by its `model`; the first --model is
+the default (TEI routes)."""
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -68,7 +72,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve a model: Tulip replicas and Ivy in front, as one command",
                        description=SERVE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--model", action="append", metavar="ID_OR_DIR",
-                   help="model directory or Hub id (env TULIP_MODEL; default: the embedded all-MiniLM-L6-v2)")
+                   help="model directory or Hub id (env TULIP_MODEL; default: the embedded all-MiniLM-L6-v2); "
+                        "repeat for several models behind one Ivy")
     s.add_argument("--replicas", type=int, default=env("TULIP_ROSE_REPLICAS", "0"), metavar="N",
                    help="Tulip replicas (env TULIP_ROSE_REPLICAS; default: one per visible GPU, else one), "
                         "spread over the GPUs round-robin")
@@ -367,11 +372,13 @@ class Stack:
             cmd += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
         return cmd + a.tulip_arg
 
-    def ivy_cmd(self, ivy: Path, n: int) -> list[str]:
+    def ivy_cmd(self, ivy: Path, n: int, default: str | None = None) -> list[str]:
         a = self.args
         sockets = ",".join(f"unix://{self.socket_dir / f'tulip-{i}.sock'}" for i in range(n))
         cmd = [str(ivy), "--tulip", sockets, "--host", a.host, "--port", str(a.port),
                "--grpc-port", str(a.grpc_port), "--drain-timeout", str(a.drain_timeout)]
+        if default:
+            cmd += ["--default-model", default]
         if a.served_model_name:
             cmd += ["--served-model-name", a.served_model_name]
         if a.templates:
@@ -380,19 +387,24 @@ class Stack:
             cmd += ["--json-output"]
         return cmd + a.ivy_arg
 
-    def start(self, ivy: Path, model_dir: str | None, model_id: str | None, devices: list[str]) -> None:
+    def start(self, ivy: Path, models: list[tuple[str | None, str | None]], devices: list[str]) -> None:
+        """The replicas of every model (one per device each), then Ivy in
+        front of them all: Ivy groups them by the model each serves."""
         preexec = _pdeathsig()
         env = dict(os.environ)
         # Ivy's replicas are these; a DNS name from the environment would conflict.
         env.pop("IVY_TULIP_DNS", None)
         env.pop("IVY_API_KEY", None)
-        n = len(devices)
-        for i, device in enumerate(devices):
-            self.children.append(Child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n), env, preexec))
+        n = len(devices) * len(models)
+        for m, (model_dir, model_id) in enumerate(models):
+            for d, device in enumerate(devices):
+                i = m * len(devices) + d
+                self.children.append(Child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n), env,
+                                           preexec))
         ivy_env = dict(env)
         if self.args.api_key:
             ivy_env["IVY_API_KEY"] = self.args.api_key
-        self.children.append(Child("ivy", self.ivy_cmd(ivy, n), ivy_env, preexec))
+        self.children.append(Child("ivy", self.ivy_cmd(ivy, n, default_model(models)), ivy_env, preexec))
         # Readers start after every fork, so no child is forked while a
         # reader thread holds a lock.
         for c in self.children:
@@ -465,6 +477,15 @@ class Stack:
                        returncode=dead.proc.returncode)
 
 
+def default_model(models: list[tuple[str | None, str | None]]) -> str | None:
+    """With several models, the first --model's name (its Hub id, else its
+    directory's name, as Tulip reports it) is Ivy's default model."""
+    if len(models) < 2:
+        return None
+    model_dir, model_id = models[0]
+    return model_id or (Path(model_dir).name if model_dir else None)
+
+
 def banner(args, model: str, devices: list[str]) -> str:
     host = _client_host(args.host)
     http = f"http://{host}:{args.port}"
@@ -483,14 +504,10 @@ def run(args) -> int:
     log = Log(args.json_output)
     models = args.model or ([os.environ["TULIP_MODEL"]] if os.environ.get("TULIP_MODEL") else [None])
     try:
-        if len(models) > 1:
-            raise Usage("several --model: one Ivy in front of several models needs Ivy to route requests by "
-                        "model, which it cannot do yet (the multi-model issue). Until then, run one "
-                        "`tulip-rose serve --model ...` per model, each with its own --port and --grpc-port")
         if args.replicas < 0:
             raise Usage("--replicas must be at least 1")
         ivy = find_ivy(args.ivy_bin)
-        model_dir, model_id = resolve_model(models[0])
+        resolved = [resolve_model(m) for m in models]
         stack = Stack(args, log)
         devices = stack.plan()
     except Usage as e:
@@ -498,16 +515,18 @@ def run(args) -> int:
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stack.on_signal)
-    name = model_id or (models[0] or "sentence-transformers/all-MiniLM-L6-v2 (embedded)")
-    log.info(f"starting {len(devices)} Tulip replica(s) on {', '.join(devices)} and Ivy ({ivy}) for {name}")
+    name = ", ".join(model_id or model or "sentence-transformers/all-MiniLM-L6-v2 (embedded)"
+                     for (_, model_id), model in zip(resolved, models))
+    log.info(f"starting {len(devices) * len(models)} Tulip replica(s) on {', '.join(devices)} and Ivy ({ivy}) "
+             f"for {name}")
     try:
-        stack.start(ivy, model_dir, model_id, devices)
+        stack.start(ivy, resolved, devices)
         outcome = stack.wait_ready()
         if outcome is True:
-            text = banner(args, name, devices)
+            text = banner(args, name, devices * len(models))
             if args.json_output:
                 log.info("ready", http=f"http://{_client_host(args.host)}:{args.port}",
-                         grpc=f"{_client_host(args.host)}:{args.grpc_port}", replicas=len(devices))
+                         grpc=f"{_client_host(args.host)}:{args.grpc_port}", replicas=len(devices) * len(models))
             else:
                 print(text, flush=True)
             outcome = stack.watch()

@@ -1,6 +1,7 @@
 //! Prometheus metrics. Every label comes from a bounded set: API family,
-//! endpoint, status code, error kind, stage, and the replica URLs Ivy routes
-//! to now (replicas that went away disappear from the next scrape).
+//! endpoint, status code, error kind, stage, model (a pool's name: one per
+//! model a replica served, never request text) and the replica URLs Ivy
+//! routes to now (replicas that went away disappear from the next scrape).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -48,6 +49,7 @@ struct RequestLabels {
     endpoint: &'static str,
     status: String,
     error: &'static str,
+    model: std::sync::Arc<str>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -85,7 +87,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "ivy_requests",
-            "Requests answered, by API, endpoint, status and error kind",
+            "Requests answered, by API, endpoint, status, error kind and model",
             requests.clone(),
         );
         let stages = Family::<StageLabels, Histogram>::new_with_constructor(|| {
@@ -153,11 +155,13 @@ impl Metrics {
         }
     }
 
-    /// One answered request. `status` is the HTTP status or gRPC code name.
+    /// One answered request. `status` is the HTTP status or gRPC code name;
+    /// `model` the pool that served it (`none` before one was chosen).
     pub fn request(
         &self,
         api: &'static str,
         endpoint: &'static str,
+        model: std::sync::Arc<str>,
         status: String,
         error: Option<&'static str>,
     ) {
@@ -166,6 +170,7 @@ impl Metrics {
             endpoint,
             status,
             error: error.unwrap_or("none"),
+            model,
         };
         self.requests.get_or_create(&labels).inc();
     }
@@ -224,6 +229,8 @@ impl Metrics {
 #[derive(Debug, Clone)]
 pub struct ReplicaSample {
     pub url: String,
+    /// The model pool it joined (empty before it said what it serves).
+    pub model: String,
     /// Takes new work (healthy).
     pub up: bool,
     /// Refused: serves another model or tokenizer than the others.
@@ -264,7 +271,7 @@ impl Collector for ReplicaCollector {
             let mut family =
                 encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
             for r in &self.0 {
-                let labels = [("replica", r.url.as_str())];
+                let labels = [("replica", r.url.as_str()), ("model", r.model.as_str())];
                 ConstGauge::new(value(r)).encode(family.encode_family(&labels)?)?;
             }
         }
@@ -293,7 +300,7 @@ impl Collector for ReplicaCollector {
                 ConstCounter::new(0u64).metric_type(),
             )?;
             for r in &self.0 {
-                let labels = [("replica", r.url.as_str())];
+                let labels = [("replica", r.url.as_str()), ("model", r.model.as_str())];
                 ConstCounter::new(value(r)).encode(family.encode_family(&labels)?)?;
             }
         }
@@ -309,18 +316,28 @@ mod tests {
     #[tokio::test]
     async fn renders_request_and_replica_series() {
         let m = Metrics::new();
-        m.request("openai", "embeddings", "200".into(), None);
-        m.request("tei", "embed", "413".into(), Some("validation"));
+        m.request("openai", "embeddings", "none".into(), "200".into(), None);
+        m.request(
+            "tei",
+            "embed",
+            "org/m".into(),
+            "413".into(),
+            Some("validation"),
+        );
         m.stage(Stage::Total, Duration::from_millis(3));
         let r = Replica::new("http://127.0.0.1:9", false).unwrap();
-        let text = m.render(vec![r.sample()], 0);
-        assert!(text.contains(r#"ivy_requests_total{api="tei",endpoint="embed",status="413",error="validation"} 1"#), "{text}");
+        let mut sample = r.sample();
+        sample.model = "org/m".into();
+        let text = m.render(vec![sample], 0);
+        assert!(text.contains(r#"ivy_requests_total{api="tei",endpoint="embed",status="413",error="validation",model="org/m"} 1"#), "{text}");
         assert!(
-            text.contains(r#"ivy_replica_up{replica="http://127.0.0.1:9"} 0"#),
+            text.contains(r#"ivy_replica_up{replica="http://127.0.0.1:9",model="org/m"} 0"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"ivy_replica_tokens_total{replica="http://127.0.0.1:9"} 0"#),
+            text.contains(
+                r#"ivy_replica_tokens_total{replica="http://127.0.0.1:9",model="org/m"} 0"#
+            ),
             "{text}"
         );
         assert!(

@@ -12,34 +12,42 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::templates::TemplateStore;
-use crate::model::ServedModel;
 use crate::net::http_server;
 use crate::net::listener::Listener;
 use crate::net::tls::{self, Alpn};
 use crate::request::admission::Admission;
 use crate::request::auth::ApiKey;
 use crate::state::{AppState, Gateway};
-use crate::upstream::batch_slots::BatchSlots;
 use crate::upstream::discovery::{self, Source};
+use crate::upstream::health;
+use crate::upstream::pools::{Pools, Settings};
 use crate::upstream::set::ReplicaSet;
-use crate::upstream::{balancer, health};
 use crate::{grpc, http};
 
 pub async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(Metrics::new());
-    let model = Arc::new(ServedModel::with_tokenizer(tokenizer_override(&config)?));
     let templates = Arc::new(TemplateStore::open(
         config.config.clone(),
         Arc::clone(&metrics),
     )?);
     let replicas = Arc::new(ReplicaSet::new(config.unix_frames));
-    watch_replicas(&config, &replicas, &model).await?;
+    let pools = Arc::new(Pools::new(
+        Arc::clone(&replicas),
+        Settings {
+            balance: config.balance,
+            batch_chunks_per_replica: config.batch_chunks_per_replica,
+            default_model: config.default_model.clone(),
+            tokenizer: tokenizer_override(&config)?,
+            served_model_name: config.served_model_name.clone(),
+        },
+    ));
+    watch_replicas(&config, &pools).await?;
     templates.spawn_watchers();
     let (http_listener, grpc_listener) = listeners(&config).await?;
     tracing::info!(
         http = %format!("{}:{}", config.host, config.port),
         grpc = %format!("{}:{}", config.host, config.grpc_port),
-        replicas = ?config.tulip, dns = ?config.tulip_dns, balance = ?config.balance,
+        replicas = ?config.tulip, dns = ?config.tulip_dns, default_model = ?config.default_model, balance = ?config.balance,
         chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(),
         tls = config.net.tls_cert.is_some(), max_connections = config.net.max_connections, "ivy listening"
     );
@@ -50,11 +58,9 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     let state = Arc::new(Gateway {
         admission: Admission::new(config.max_concurrent_requests),
-        policy: balancer::policy(config.balance),
-        batch_slots: BatchSlots::new(config.batch_chunks_per_replica),
         api_key: ApiKey::new(config.api_key.clone()),
         replicas,
-        model,
+        pools,
         templates,
         metrics,
         spinner,
@@ -80,24 +86,17 @@ fn tokenizer_override(config: &Config) -> Result<Option<Arc<Tokenizer>>, String>
 
 /// Finds the replicas (`--tulip` or `--tulip-dns`) and checks their health,
 /// accepting the model they serve.
-async fn watch_replicas(
-    config: &Config,
-    replicas: &Arc<ReplicaSet>,
-    model: &Arc<ServedModel>,
-) -> Result<(), String> {
-    let source = match &config.tulip_dns {
-        Some(target) => Source::Dns {
-            target: target.clone(),
+async fn watch_replicas(config: &Config, pools: &Arc<Pools>) -> Result<(), String> {
+    let source = if config.tulip_dns.is_empty() {
+        Source::Static(config.tulip.clone())
+    } else {
+        Source::Dns {
+            targets: config.tulip_dns.clone(),
             interval: config.dns_interval,
-        },
-        None => Source::Static(config.tulip.clone()),
+        }
     };
-    discovery::start(source, Arc::clone(replicas)).await?;
-    health::spawn(
-        Arc::clone(replicas),
-        Arc::clone(model),
-        config.health_interval,
-    );
+    discovery::start(source, pools.set_arc()).await?;
+    health::spawn(Arc::clone(pools), config.health_interval);
     Ok(())
 }
 

@@ -9,23 +9,23 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::model::templates::{TemplateStore, Templates};
-use crate::model::ServedModel;
 use crate::request::admission::Admission;
 use crate::request::auth::ApiKey;
-use crate::upstream::balancer::Policy;
+use crate::upstream::pools::Pool;
+use crate::upstream::pools::Pools;
 use crate::upstream::set::ReplicaSet;
 
 pub type AppState = Arc<Gateway>;
 
 pub struct Gateway {
     pub config: Config,
+    /// Every replica Ivy knows (all models).
     pub replicas: Arc<ReplicaSet>,
-    pub model: Arc<ServedModel>,
+    /// One pool per model the replicas serve (`upstream/pools.rs`).
+    pub pools: Arc<Pools>,
     pub templates: Arc<TemplateStore>,
     pub admission: Admission,
     pub metrics: Arc<Metrics>,
-    pub policy: Box<dyn Policy>,
-    pub batch_slots: crate::upstream::batch_slots::BatchSlots,
     pub api_key: ApiKey,
     pub spinner: Arc<crate::upstream::spin::Spinner>,
     /// Start time (Unix seconds): the `created` of `GET /v1/models`.
@@ -38,62 +38,33 @@ impl Gateway {
         Instant::now() + self.config.request_timeout
     }
 
-    /// The prompt templates in force: the `--config` file's, else the
-    /// model's own (from the replicas), else none.
-    pub fn templates(&self) -> Arc<Templates> {
+    /// The pool a request names (`model`; `None`: the default model) and
+    /// the name to answer under: 404 `model_not_found` for a model not
+    /// served here, 503 while its replicas are not up. The pool's name
+    /// becomes the request's `model` metric label.
+    pub fn pool(&self, asked: Option<&str>) -> Result<(Arc<Pool>, String), ApiError> {
+        let (pool, name) = self.pools.resolve(asked)?;
+        crate::request::id::set_model_label(&pool.name);
+        Ok((pool, name))
+    }
+
+    /// The prompt templates in force for `pool`: the `--config` file's
+    /// (its section for the model, else its top level), else the model's
+    /// own (from the replicas), else none.
+    pub fn templates(&self, pool: &Pool) -> Arc<Templates> {
         if !self.templates.has_file() {
-            if let Some(t) = self.model.templates() {
+            if let Some(t) = pool.model.templates() {
                 return t;
             }
+            return self.templates.get();
         }
-        self.templates.get()
+        self.templates.get().for_model(&pool.served_names())
     }
 
-    /// The tokenizer requests are tokenized with: `--tokenizer`, else the
-    /// one the replicas serve (503 until one has answered).
-    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>, ApiError> {
-        self.model
-            .tokenizer()
-            .ok_or_else(|| crate::upstream::no_replica(&self.replicas))
-    }
-
-    /// The names the model is served under: `--served-model-name`, else the
-    /// model id and its last path part. Empty until a replica has answered.
-    pub fn served_names(&self) -> Vec<String> {
-        if !self.config.served_model_name.is_empty() {
-            return self.config.served_model_name.clone();
-        }
-        let Some(model) = self.model.info() else {
-            return Vec::new();
-        };
-        let mut names = vec![model.model_id.clone()];
-        if let Some((_, last)) = model.model_id.rsplit_once('/') {
-            if !last.is_empty() {
-                names.push(last.to_string());
-            }
-        }
-        names
-    }
-
-    /// The model a request names (`asked`), which must be one this gateway
-    /// serves (a misrouted client fails loudly); without one, the first
-    /// served name.
-    pub fn served_model(&self, asked: Option<String>) -> Result<String, ApiError> {
-        let names = self.served_names();
-        match asked {
-            None => Ok(names.into_iter().next().unwrap_or_default()),
-            Some(m) if names.contains(&m) => Ok(m),
-            // No replica has answered yet: the request fails with 503 later.
-            Some(m) if names.is_empty() => Ok(m),
-            Some(m) => Err(ApiError::ModelNotFound(format!(
-                "The model `{m}` does not exist here; this gateway serves {}",
-                names
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
+    /// The tokenizer `pool`'s requests are tokenized with: `--tokenizer`
+    /// (default model only), else the one its replicas serve.
+    pub fn tokenizer(&self, pool: &Pool) -> Result<Arc<Tokenizer>, ApiError> {
+        pool.model.tokenizer().ok_or_else(|| pool.no_replica())
     }
 
     /// Ready for traffic: not draining and at least one healthy replica.

@@ -133,10 +133,29 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
-def test_several_models_are_refused_with_the_reason():
-    proc = run_serve("--model", "a/b", "--model", "c/d")
-    assert proc.returncode == 2
-    assert "route requests by model" in proc.stderr and "one `tulip-rose serve --model ...` per model" in proc.stderr
+def test_several_models_behind_one_ivy(serves, tmp_path, log_dir):
+    """Two --model: a replica per model behind one Ivy, which routes by
+    `model`; the first is the default (TEI routes name none)."""
+    embedder = models.tiny_bert(tmp_path / "embedder", seed=4)
+    reranker = models.tiny_reranker(tmp_path / "reranker", seed=5, arch="bert")
+    s = Serve("--model", str(embedder), "--model", str(reranker), log_dir=log_dir)
+    serves.append(s)
+    s.wait_ready()
+    assert set(s.child_pids()) == {"tulip-0", "tulip-1", "ivy"}
+
+    def call(path: str, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(s.url + path, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+
+    wait_for(lambda: len(call("/v1/models")["data"]) == 2, "both models up", timeout=60)
+    assert [m["id"] for m in call("/v1/models")["data"]] == ["embedder", "reranker"]
+    ranked = call("/v1/rerank", {"model": "reranker", "query": "q", "documents": ["a", "b"]})
+    assert ranked["model"] == "reranker" and len(ranked["results"]) == 2
+    assert len(call("/embed", {"inputs": ["a"]})[0]) == 64  # the default model: the first --model
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.wait() == 0, s.log()[-4000:]
 
 
 def test_missing_ivy_binary_says_how_to_get_one(tmp_path):

@@ -20,7 +20,7 @@ TYPES = {"counter", "gauge", "histogram"}
 # Series Prometheus itself records for every target.
 BUILTIN = {"up"}
 # PromQL words that look like metric names but are not.
-LABELS = {"api", "endpoint", "status", "error", "stage", "replica", "result", "code", "mode"}
+LABELS = {"api", "endpoint", "status", "error", "stage", "replica", "result", "code", "mode", "model"}
 PROMQL = {"sum", "rate", "increase", "by", "le", "histogram_quantile", "min", "max", "count", "job", "instance",
           *LABELS}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -256,6 +257,17 @@ class Ivy(Process):
                 key, _, value = line.rpartition(" ")
                 out[key] = float(value)
         return out
+
+    def series(self, name: str, **labels: str) -> float:
+        """The sum of the ``name`` series whose labels include ``labels``
+        (0 when none): robust to labels a lookup does not care about."""
+        total = 0.0
+        for key, value in self.metrics().items():
+            series, _, rest = key.partition("{")
+            have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', rest))
+            if series == name and all(have.get(k) == v for k, v in labels.items()):
+                total += value
+        return total
 
     def get(self, path: str) -> tuple[int, bytes]:
         status, _, body = self.request("GET", path, timeout=2.0)

@@ -17,7 +17,8 @@ use self::seconds::parse_seconds;
 #[command(name = "ivy", version, about)]
 pub struct Config {
     /// Tulip replicas, comma-separated gRPC URLs (e.g. http://10.0.0.5:7070).
-    /// Exactly one of --tulip and --tulip-dns.
+    /// Exactly one of --tulip and --tulip-dns. Replicas serving different
+    /// models form one pool per model.
     /// `host:port` alone means `http://host:port`.
     #[arg(
         long,
@@ -30,9 +31,16 @@ pub struct Config {
     pub tulip: Vec<String>,
 
     /// Discover Tulip replicas from DNS: `name:port` of a Kubernetes headless
-    /// Service; every address it resolves to is a replica.
-    #[arg(long, env = "IVY_TULIP_DNS")]
-    pub tulip_dns: Option<String>,
+    /// Service; every address it resolves to is a replica. Comma-separated
+    /// for several Services (one per model pool).
+    #[arg(long, env = "IVY_TULIP_DNS", value_delimiter = ',')]
+    pub tulip_dns: Vec<String>,
+
+    /// The model requests that name none go to (TEI routes, gRPC without
+    /// `model`): a model id or its last path part. Default: the first model
+    /// to come up (the first --tulip replica's when they start together).
+    #[arg(long, env = "IVY_DEFAULT_MODEL")]
+    pub default_model: Option<String>,
 
     /// Seconds between DNS resolutions of --tulip-dns.
     #[arg(long, env = "IVY_DNS_INTERVAL", default_value = "5", value_parser = parse_seconds)]
@@ -40,7 +48,8 @@ pub struct Config {
 
     /// Override: tokenize with this tokenizer.json (or the model directory
     /// holding it). By default Ivy uses the tokenizer the replicas serve
-    /// (sent in their Info), so both sides always agree.
+    /// (sent in their Info), so both sides always agree. With several
+    /// models, applies to the default model only.
     #[arg(long, env = "IVY_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
 
@@ -86,7 +95,12 @@ pub struct Config {
 
     /// Cap on the tokens per input, below the model's own maximum (0 = the
     /// model's maximum as reported by Tulip). [default: the model's maximum]
-    #[arg(long, env = "IVY_MAX_INPUT_LENGTH", default_value_t = 0, hide_default_value = true)]
+    #[arg(
+        long,
+        env = "IVY_MAX_INPUT_LENGTH",
+        default_value_t = 0,
+        hide_default_value = true
+    )]
     pub max_input_length: usize,
 
     /// Most tokens in one request, all inputs together, after templates and
@@ -175,13 +189,19 @@ pub struct Config {
     /// 2 cores one thread served the same load as two with 15% less CPU and
     /// a lower latency (an idle second worker is woken for every request).
     /// [default: half the cores, at least one]
-    #[arg(long, env = "IVY_IO_THREADS", default_value_t = 0, hide_default_value = true)]
+    #[arg(
+        long,
+        env = "IVY_IO_THREADS",
+        default_value_t = 0,
+        hide_default_value = true
+    )]
     pub io_threads: usize,
 
     /// Names the model is served under (comma-separated): `GET /v1/models`
     /// lists them and an OpenAI request naming another model gets 404
     /// `model_not_found`. Default: the model id Tulip reports, and its last
     /// path part (`all-MiniLM-L6-v2` for `sentence-transformers/all-MiniLM-L6-v2`).
+    /// With several models, names the default model only.
     #[arg(long, env = "IVY_SERVED_MODEL_NAME", value_delimiter = ',')]
     pub served_model_name: Vec<String>,
 
@@ -303,9 +323,17 @@ mod tests {
     #[test]
     fn booleans_read_like_tulips() {
         let base = ["--tulip", "http://a:1"];
-        let c = parse(&[&base[..], &["--json-output", "--coalesce", "no", "--unix-frames", "OFF"]].concat()).unwrap();
+        let c = parse(
+            &[
+                &base[..],
+                &["--json-output", "--coalesce", "no", "--unix-frames", "OFF"],
+            ]
+            .concat(),
+        )
+        .unwrap();
         assert!(c.json_output && !c.coalesce && !c.unix_frames);
-        let c = parse(&[&base[..], &["--json-output", "yes", "--auto-truncate", "0"]].concat()).unwrap();
+        let c = parse(&[&base[..], &["--json-output", "yes", "--auto-truncate", "0"]].concat())
+            .unwrap();
         assert!(c.json_output && !c.auto_truncate);
         assert!(!parse(&base).unwrap().json_output);
         assert!(parse(&[&base[..], &["--coalesce", "maybe"]].concat()).is_err());

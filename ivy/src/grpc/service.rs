@@ -17,9 +17,9 @@ use super::convert::{client_deadline, direction, predict_inputs, priority, timin
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
 use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output};
-use crate::request::id::{RequestId, HEADER};
+use crate::request::id::{model_label, RequestId, HEADER};
 use crate::state::AppState;
-use crate::upstream::no_replica;
+use crate::upstream::pools::Pool;
 
 pub struct IvyService {
     state: AppState,
@@ -48,11 +48,14 @@ impl IvyService {
         let span = tracing::info_span!("request", id = %id, rpc = endpoint, tokens = tracing::field::Empty);
         telemetry::continue_grpc(&span, meta);
         let state = self.state.clone();
-        let result = id
+        let (result, model) = id
             .clone()
             .scope(async move {
-                auth?;
-                f(state, request.into_inner(), deadline).await
+                let result = match auth {
+                    Ok(()) => f(state, request.into_inner(), deadline).await,
+                    Err(e) => Err(e),
+                };
+                (result, model_label())
             })
             .instrument(span.clone())
             .await;
@@ -64,13 +67,13 @@ impl IvyService {
             Ok(resp) => {
                 self.state
                     .metrics
-                    .request("grpc", endpoint, "OK".into(), None);
+                    .request("grpc", endpoint, model, "OK".into(), None);
                 let mut r = Response::new(resp);
                 *r.metadata_mut() = meta;
                 Ok(r)
             }
             Err(e) => {
-                let (code, message) = failed(&self.state, endpoint, &e, &id, &span);
+                let (code, message) = failed(&self.state, endpoint, model, &e, &id, &span);
                 Err(Status::with_metadata(code, message, meta))
             }
         }
@@ -94,6 +97,7 @@ impl IvyService {
 fn failed(
     state: &AppState,
     endpoint: &'static str,
+    model: std::sync::Arc<str>,
     e: &ApiError,
     id: &RequestId,
     span: &tracing::Span,
@@ -101,7 +105,7 @@ fn failed(
     let code = e.grpc_code();
     state
         .metrics
-        .request("grpc", endpoint, format!("{code:?}"), Some(e.kind()));
+        .request("grpc", endpoint, model, format!("{code:?}"), Some(e.kind()));
     (code, span.in_scope(|| e.client_message(Some(id))))
 }
 
@@ -118,9 +122,11 @@ fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
 async fn embed_job(
     state: &AppState,
     r: pb::EmbedRequest,
-    kind: Kind,
+    kind: fn(&Pool) -> Kind,
     deadline: Instant,
 ) -> Result<Output, ApiError> {
+    let (pool, _) = state.pool(r.model.as_deref())?;
+    let kind = kind(&pool);
     if r.inputs.is_empty() {
         return Err(ApiError::Empty("`inputs` must not be empty".into()));
     }
@@ -137,6 +143,7 @@ async fn embed_job(
     pipeline::run(
         state,
         Job {
+            pool,
             kind,
             inputs: Inputs::Texts(r.inputs),
             field: "inputs",
@@ -180,20 +187,23 @@ async fn stream_message(
         tokens = tracing::field::Empty);
     let started = Instant::now();
     let deadline = state.deadline();
-    let result = id
+    let (result, model) = id
         .clone()
-        .scope(embed_job(&state, r, Kind::Dense, deadline))
+        .scope(async {
+            let result = embed_job(&state, r, |_| Kind::Dense, deadline).await;
+            (result, model_label())
+        })
         .instrument(span.clone())
         .await;
     let answer = match result {
         Ok(out) => {
             state
                 .metrics
-                .request("grpc", "embed_stream", "OK".into(), None);
+                .request("grpc", "embed_stream", model, "OK".into(), None);
             Answer::Embedding(embed_response(&out, started))
         }
         Err(e) => {
-            let (code, message) = failed(&state, "embed_stream", &e, &id, &span);
+            let (code, message) = failed(&state, "embed_stream", model, &e, &id, &span);
             Answer::Error(pb::StreamError {
                 code: code as i32,
                 message,
@@ -223,8 +233,14 @@ impl Ivy for IvyService {
     ) -> Result<Response<Self::EmbedStreamStream>, Status> {
         let (id, auth) = self.caller(&request);
         if let Err(e) = auth {
-            let (code, message) =
-                failed(&self.state, "embed_stream", &e, &id, &tracing::Span::none());
+            let (code, message) = failed(
+                &self.state,
+                "embed_stream",
+                "none".into(),
+                &e,
+                &id,
+                &tracing::Span::none(),
+            );
             return Err(Status::new(code, message));
         }
         let meta = request.metadata();
@@ -263,7 +279,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedResponse>, Status> {
         self.call("embed", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let out = embed_job(&state, r, Kind::Dense, deadline).await?;
+            let out = embed_job(&state, r, |_| Kind::Dense, deadline).await?;
             Ok(embed_response(&out, started))
         })
         .await
@@ -275,7 +291,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedSparseResponse>, Status> {
         self.call("embed_sparse", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let out = embed_job(&state, r, Kind::Sparse, deadline).await?;
+            let out = embed_job(&state, r, |_| Kind::Sparse, deadline).await?;
             let embeddings = (0..out.sequences)
                 .map(|i| {
                     let (ids, w) = out.sparse(i);
@@ -300,7 +316,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedAllResponse>, Status> {
         self.call("embed_all", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let kind = pipeline::embed_all_kind(state.model.info().as_deref());
+            let kind = |pool: &Pool| pipeline::embed_all_kind(pool.info().as_deref());
             let out = embed_job(&state, r, kind, deadline).await?;
             Ok(pb::EmbedAllResponse {
                 row_counts: out.row_counts().to_vec(),
@@ -319,6 +335,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::RerankResponse>, Status> {
         self.call("rerank", request, |state, r, deadline| async move {
             let started = Instant::now();
+            let (pool, _) = state.pool(r.model.as_deref())?;
             if r.texts.is_empty() {
                 return Err(ApiError::Empty("`texts` must not be empty".into()));
             }
@@ -326,6 +343,7 @@ impl Ivy for IvyService {
             let options =
                 score_options(r.truncate, r.truncation_direction, r.raw_scores, r.priority)?;
             let job = Job {
+                pool,
                 kind: Kind::Score,
                 field: "texts",
                 inputs: Inputs::Pairs {
@@ -361,8 +379,9 @@ impl Ivy for IvyService {
             let started = Instant::now();
             let options =
                 score_options(r.truncate, r.truncation_direction, r.raw_scores, r.priority)?;
+            let (pool, _) = state.pool(r.model.as_deref())?;
             let inputs = predict_inputs(r.inputs)?;
-            let (out, labelled) = predict::run(&state, inputs, options, deadline).await?;
+            let (out, labelled) = predict::run(&state, pool, inputs, options, deadline).await?;
             let results = labelled
                 .into_iter()
                 .map(|one| pb::Predictions {
@@ -389,12 +408,13 @@ impl Ivy for IvyService {
         request: Request<pb::TokenizeRequest>,
     ) -> Result<Response<pb::TokenizeResponse>, Status> {
         self.call("tokenize", request, |state, r, deadline| async move {
+            let (pool, _) = state.pool(r.model.as_deref())?;
             let job = TokenizeJob {
                 inputs: r.inputs,
                 add_special_tokens: r.add_special_tokens.unwrap_or(true),
                 prompt_name: r.prompt_name,
             };
-            let all = tokens::run(&state, job, deadline).await?;
+            let all = tokens::run(&state, &pool, job, deadline).await?;
             let results = all
                 .into_iter()
                 .map(|toks| pb::Tokens {
@@ -419,9 +439,10 @@ impl Ivy for IvyService {
         &self,
         request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
-        self.call("info", request, |state, _, _| async move {
-            let m = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
-            let templates = state.templates();
+        self.call("info", request, |state, r, _| async move {
+            let (pool, _) = state.pool(r.model.as_deref())?;
+            let m = pool.info().ok_or_else(|| pool.no_replica())?;
+            let templates = state.templates(&pool);
             Ok(pb::InfoResponse {
                 model_id: m.model_id.clone(),
                 architecture: m.architecture.clone(),

@@ -48,13 +48,14 @@ pub async fn rerank(
     obj: Object,
     started: Instant,
 ) -> Result<axum::response::Response, ApiError> {
-    let model = state.served_model(fields::opt_string(&obj, "model")?)?;
+    let (pool, model) = fields::pool(state, &obj)?;
     let query = fields::string(&obj, "query")?;
     let documents = documents(&obj)?;
     let top_n = top_n(&obj)?.unwrap_or(documents.len());
     let return_documents = fields::opt_bool(&obj, "return_documents")?.unwrap_or(false);
     let echo = return_documents.then(|| documents.clone());
     let job = Job {
+        pool,
         kind: Kind::Score,
         field: "documents",
         inputs: Inputs::Pairs {

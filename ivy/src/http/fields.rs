@@ -6,8 +6,12 @@ use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use std::sync::Arc;
+
 use crate::error::ApiError;
 use crate::pipeline::{floats, Inputs, Priority};
+use crate::state::Gateway;
+use crate::upstream::pools::Pool;
 
 pub type Object = Map<String, Value>;
 
@@ -29,7 +33,10 @@ pub fn object(value: Value, required: &'static str) -> Result<Object, ApiError> 
 /// client sent it, and may not know its value was null).
 fn absent(obj: &Object, field: &'static str) -> ApiError {
     if obj.contains_key(field) {
-        ApiError::schema(field, format!("`{field}` is null; it must be given a value"))
+        ApiError::schema(
+            field,
+            format!("`{field}` is null; it must be given a value"),
+        )
     } else {
         ApiError::schema(field, format!("missing field `{field}`"))
     }
@@ -116,6 +123,12 @@ pub fn opt_string(obj: &Object, field: &'static str) -> Result<Option<String>, A
             format!("`{field}` must be a string, got {}", type_name(other)),
         )),
     }
+}
+
+/// The pool of the body's `model` (every route takes it; without it, the
+/// default model) and the name to answer under.
+pub fn pool(state: &Gateway, obj: &Object) -> Result<(Arc<Pool>, String), ApiError> {
+    state.pool(opt_string(obj, "model")?.as_deref())
 }
 
 pub fn opt_bool(obj: &Object, field: &'static str) -> Result<Option<bool>, ApiError> {

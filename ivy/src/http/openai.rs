@@ -3,6 +3,7 @@
 //! Beyond OpenAI's fields: `truncate` (default true here), `truncation_direction`
 //! ("right" or "left") and `prompt_name`, as in text-embeddings-inference.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::State;
@@ -30,8 +31,9 @@ pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body:
     let result = async {
         let obj = json_object(&state, &headers, body, "input")?;
         let format = format(&obj)?;
-        let model = state.served_model(fields::opt_string(&obj, "model")?)?;
+        let (pool, model) = fields::pool(&state, &obj)?;
         let job = Job {
+            pool,
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
             field: "input",
@@ -63,9 +65,20 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
     finish(&state, Api::OpenAi, "rerank", result)
 }
 
-/// `GET /v1/models`: the served names, in OpenAI's list shape.
+/// `GET /v1/models`: every pool's served names, in OpenAI's list shape,
+/// the default model's first.
 pub async fn models(State(state): State<AppState>) -> Response {
-    let names = state.served_names();
+    let pools = state.pools.all();
+    let default = state.pools.default_pool();
+    let names: Vec<String> = default
+        .iter()
+        .chain(
+            pools
+                .iter()
+                .filter(|p| !default.as_ref().is_some_and(|d| Arc::ptr_eq(d, p))),
+        )
+        .flat_map(|p| p.served_names())
+        .collect();
     let result = if names.is_empty() {
         Err(crate::upstream::no_replica(&state.replicas))
     } else {

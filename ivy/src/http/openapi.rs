@@ -40,7 +40,7 @@ fn operation(
     op
 }
 
-const TEI_EMBED_ERRORS: [(&str, &str); 11] = [
+const TEI_EMBED_ERRORS: [(&str, &str); 12] = [
     ("400", "Body is not JSON, or no inputs (`Empty`)"),
     ("401", "Missing or wrong API key"),
     ("408", "The body was not received within the body timeout (`Validation`)"),
@@ -52,6 +52,7 @@ const TEI_EMBED_ERRORS: [(&str, &str); 11] = [
     ("500", "Internal error (the message carries the request id)"),
     ("503", "No healthy replica, or Ivy is draining (`Unhealthy`)"),
     ("504", "The request did not finish within its timeout"),
+    ("404", "The request's `model` is not served here (`Validation`)"),
 ];
 
 const OPENAI_ERRORS: [(&str, &str); 12] = [
@@ -111,13 +112,15 @@ pub fn document(config: &Config) -> Value {
             "/tokenize": { "post": operation("Tokenize (TEI)", Some("TokenizeRequest"),
                 ok("TokenizeResponse", "Tokens per input"),
                 tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
-                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7]])) },
+                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7], TEI_EMBED_ERRORS[11]])) },
             "/decode": { "post": operation("Token ids back to text (TEI)", Some("DecodeRequest"),
                 ok("DecodeResponse", "One text per sequence"),
                 tei(&[TEI_EMBED_ERRORS[0], TEI_EMBED_ERRORS[1], TEI_EMBED_ERRORS[2], TEI_EMBED_ERRORS[3],
-                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7], TEI_EMBED_ERRORS[9]])) },
-            "/info": { "get": operation("Served model and limits", None, ok("Info", "Model info"),
-                tei(&[("401", "Missing or wrong API key"), ("503", "No replica has answered yet")])) },
+                      TEI_EMBED_ERRORS[4], TEI_EMBED_ERRORS[5], TEI_EMBED_ERRORS[7], TEI_EMBED_ERRORS[9],
+                      TEI_EMBED_ERRORS[11]])) },
+            "/info": { "get": info_operation(ok("Info", "Model info"),
+                tei(&[("401", "Missing or wrong API key"), ("404", "`model` is not served here"),
+                      ("503", "No replica has answered yet")])) },
             "/openapi.json": { "get": operation("This document", None,
                 json!({ "description": "OpenAPI document", "content": { "application/json": { "schema": { "type": "object" } } } }),
                 tei(&[("401", "Missing or wrong API key")])) },
@@ -136,6 +139,32 @@ pub fn document(config: &Config) -> Value {
     })
 }
 
+/// `GET /info`, with its `?model=` query.
+fn info_operation(ok: Value, errs: serde_json::Map<String, Value>) -> Value {
+    let mut op = operation(
+        "Served model (the one named, else the default) and limits",
+        None,
+        ok,
+        errs,
+    );
+    op["parameters"] = json!([{ "name": "model", "in": "query", "required": false,
+        "schema": { "type": "string" }, "description": "A model this gateway serves (GET /v1/models); unset: the default model" }]);
+    op
+}
+
+/// The TEI requests: each takes `model` too, an extension (TEI serves one
+/// model).
+const TEI_REQUESTS: [&str; 8] = [
+    "EmbedRequest",
+    "EmbedSparseRequest",
+    "EmbedAllRequest",
+    "RerankRequest",
+    "PredictRequest",
+    "SimilarityRequest",
+    "TokenizeRequest",
+    "DecodeRequest",
+];
+
 /// Every schema the document names, one family at a time.
 fn schemas(config: &Config) -> Value {
     let f = Fragments::new(config);
@@ -143,6 +172,12 @@ fn schemas(config: &Config) -> Value {
     for family in [openai, cohere, tei_embed, tei_scores, tei_tokens, ops] {
         if let Value::Object(schemas) = family(&f) {
             all.extend(schemas);
+        }
+    }
+    for name in TEI_REQUESTS {
+        if let Some(props) = all.get_mut(name).and_then(|s| s.get_mut("properties")) {
+            props["model"] = json!({ "type": ["string", "null"],
+                "description": "Extension: a model this gateway serves (GET /v1/models); unset: --default-model, else the first model to come up" });
         }
     }
     Value::Object(all)
@@ -366,6 +401,7 @@ fn ops(_: &Fragments) -> Value {
             "max_tokens_per_request": { "type": "integer" }, "max_concurrent_requests": { "type": "integer" },
             "kinds": { "type": "array", "items": { "type": "string", "enum": ["dense", "sparse", "multi_vector", "score"] } },
             "prompts": { "type": "array", "items": { "type": "string" } },
-            "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" } } },
+            "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" },
+            "models": { "type": "array", "items": { "type": "string" }, "description": "Every name a model is served under here" } } },
     })
 }

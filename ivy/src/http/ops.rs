@@ -1,7 +1,7 @@
 //! Operational routes: liveness, readiness, model info, metrics and the
 //! OpenAPI document.
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,7 +12,6 @@ use super::respond::{finish, Api};
 use crate::error::ApiError;
 use crate::pipeline::Kind;
 use crate::state::AppState;
-use crate::upstream::no_replica;
 
 /// Liveness: the process answers. Never looks at replicas, so a Tulip
 /// outage does not get Ivy restarted.
@@ -39,13 +38,21 @@ pub async fn ready(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// The served model and Ivy's limits, in text-embeddings-inference 1.9's
-/// shape (every field it sends), plus `kinds`, `dimension`, `vocab_size`,
-/// `device`, `max_tokens_per_request` and the prompt templates.
-pub async fn info(State(state): State<AppState>) -> Response {
-    let result = match state.model.info() {
-        None => Err(no_replica(&state.replicas)),
-        Some(m) => {
+/// `?model=`: which model `/info` describes (default: the default model).
+#[derive(serde::Deserialize)]
+pub struct InfoQuery {
+    model: Option<String>,
+}
+
+/// The served model (`?model=`, else the default one) and Ivy's limits, in
+/// text-embeddings-inference 1.9's shape (every field it sends), plus
+/// `kinds`, `dimension`, `vocab_size`, `device`, `max_tokens_per_request`,
+/// the prompt templates and `models` (every model served here).
+pub async fn info(State(state): State<AppState>, Query(query): Query<InfoQuery>) -> Response {
+    let asked = query.model;
+    let result = state.pool(asked.as_deref()).and_then(|(pool, name)| {
+        let m = pool.info().ok_or_else(|| pool.no_replica())?;
+        {
             let kinds = crate::model::kinds(&m);
             // TEI names a cross-encoder a reranker, with its labels.
             let model_type = if kinds == [Kind::Score] {
@@ -67,10 +74,10 @@ pub async fn info(State(state): State<AppState>) -> Response {
             } else {
                 json!({ "embedding": { "pooling": m.pooling } })
             };
-            let templates = state.templates();
+            let templates = state.templates(&pool);
             Ok(Json(json!({
                 "model_id": m.model_id,
-                "served_model_name": state.served_names().into_iter().next(),
+                "served_model_name": name,
                 "model_sha": null,
                 "model_dtype": m.dtype,
                 "model_type": model_type,
@@ -93,20 +100,28 @@ pub async fn info(State(state): State<AppState>) -> Response {
                 "version": env!("CARGO_PKG_VERSION"),
                 "sha": null,
                 "docker_label": null,
+                "models": state.pools.served_names(),
             }))
             .into_response())
         }
-    };
+    });
     finish(&state, Api::Tei, "info", result)
 }
 
 /// Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    let pools = state.pools.all();
     let replicas = state
         .replicas
         .snapshot()
         .iter()
-        .map(|r| r.sample())
+        .map(|r| {
+            let mut sample = r.sample();
+            if let Some(pool) = r.pool().and_then(|i| pools.get(i)) {
+                sample.model = pool.name.to_string();
+            }
+            sample
+        })
         .collect();
     let body = state.metrics.render(replicas, state.admission.in_flight());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()

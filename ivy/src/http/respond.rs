@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::pipeline::Output;
 use crate::request::auth::PUBLIC_PATHS;
-use crate::request::id::RequestId;
+use crate::request::id::{model_label, RequestId};
 use crate::state::Gateway;
 
 /// The HTTP API families.
@@ -65,6 +65,7 @@ pub fn finish(
             state.metrics.request(
                 api.label(),
                 endpoint,
+                model_label(),
                 response.status().as_u16().to_string(),
                 None,
             );
@@ -75,6 +76,7 @@ pub fn finish(
             state.metrics.request(
                 api.label(),
                 endpoint,
+                model_label(),
                 response.status().as_u16().to_string(),
                 Some(e.kind()),
             );

@@ -6,6 +6,13 @@
 //! [prompts]
 //! query = "query: "
 //! document = "passage: "
+//!
+//! # several models behind one Ivy: a table per model (by a name it is
+//! # served under) replaces the top level for that model
+//! [models."BAAI/bge-reranker-base"]
+//! max_input_length = 512
+//! [models.my-embedder.prompts]
+//! query = "Represent this query: "
 //! ```
 //!
 //! A prompt is prepended to each text before tokenization. The file is
@@ -35,6 +42,19 @@ struct File {
     max_input_length: Option<usize>,
     #[serde(default)]
     prompts: BTreeMap<String, String>,
+    /// Per model (by served name): replaces the top level for it.
+    #[serde(default)]
+    models: BTreeMap<String, Section>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Section {
+    default_prompt_name: Option<String>,
+    #[serde(default)]
+    max_input_length: Option<usize>,
+    #[serde(default)]
+    prompts: BTreeMap<String, String>,
 }
 
 /// One accepted version of the templates.
@@ -44,12 +64,27 @@ pub struct Templates {
     pub prompts: BTreeMap<String, String>,
     /// Cap on tokens per input (None: no cap from the file).
     pub max_input_length: Option<usize>,
+    /// The file's per-model tables (by served name).
+    pub models: BTreeMap<String, Arc<Templates>>,
 }
 
 impl Templates {
     /// Parses and validates the file's text.
     pub fn parse(text: &str) -> Result<Self, String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut top = Self::section(Section {
+            default_prompt_name: file.default_prompt_name,
+            max_input_length: file.max_input_length,
+            prompts: file.prompts,
+        })?;
+        for (name, section) in file.models {
+            let t = Self::section(section).map_err(|e| format!("[models.\"{name}\"]: {e}"))?;
+            top.models.insert(name, Arc::new(t));
+        }
+        Ok(top)
+    }
+
+    fn section(file: Section) -> Result<Self, String> {
         if let Some(name) = &file.default_prompt_name {
             if !file.prompts.contains_key(name) {
                 return Err(format!(
@@ -67,7 +102,17 @@ impl Templates {
             default_prompt_name: file.default_prompt_name,
             prompts: file.prompts,
             max_input_length: file.max_input_length,
+            models: BTreeMap::new(),
         })
+    }
+
+    /// The templates for a model served under `names`: its table, else
+    /// the top level.
+    pub fn for_model(self: Arc<Self>, names: &[String]) -> Arc<Self> {
+        match names.iter().find_map(|n| self.models.get(n)) {
+            Some(t) => Arc::clone(t),
+            None => self,
+        }
     }
 
     /// The model's own prompts (sentence-transformers `prompts`, sent by the
@@ -83,6 +128,7 @@ impl Templates {
             default_prompt_name,
             prompts,
             max_input_length: None,
+            models: BTreeMap::new(),
         }
     }
 
@@ -258,6 +304,30 @@ mod tests {
         assert_eq!(t.prefix(Some("document")).unwrap(), Some("passage: "));
         let err = t.prefix(Some("doc")).unwrap_err().to_string();
         assert!(err.contains("`doc`") && err.contains("`document`"), "{err}");
+    }
+
+    #[test]
+    fn a_table_per_model_replaces_the_top_level() {
+        let text = format!(
+            "{GOOD}[models.\"org/reranker\"]\nmax_input_length = 64\n\
+             [models.e5.prompts]\nquery = \"q: \"\n"
+        );
+        let t = Arc::new(Templates::parse(&text).unwrap());
+        let reranker = Arc::clone(&t).for_model(&["org/reranker".into(), "reranker".into()]);
+        assert_eq!(
+            (reranker.prefix(None).unwrap(), reranker.max_input_length),
+            (None, Some(64))
+        );
+        let e5 = Arc::clone(&t).for_model(&["org/e5".into(), "e5".into()]);
+        assert_eq!(e5.prefix(Some("query")).unwrap(), Some("q: "));
+        let other = Arc::clone(&t).for_model(&["other".into()]);
+        assert_eq!(other.prefix(None).unwrap(), Some("query: "));
+        assert!(Templates::parse("[models.x]\nprompt = 1\n").is_err());
+        assert!(
+            Templates::parse("[models.x]\ndefault_prompt_name = \"q\"\n")
+                .unwrap_err()
+                .contains("[models.\"x\"]")
+        );
     }
 
     #[test]

@@ -17,11 +17,12 @@ use super::Priority;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::upstream::coalesce;
-use crate::upstream::no_replica;
+use crate::upstream::pools::Pool;
 use crate::upstream::replica::{AttemptError, Replica};
 
 pub async fn send_all(
     state: &AppState,
+    pool: &Pool,
     tokenized: &Tokenized,
     chunks: &[Chunk],
     template: &EmbedRequest,
@@ -29,7 +30,7 @@ pub async fn send_all(
 ) -> Result<Vec<EmbedResponse>, ApiError> {
     let window = match state.config.chunks_per_replica {
         0 => chunks.len(),
-        n => n * state.replicas.routable_count().max(1),
+        n => n * pool.routable_count().max(1),
     };
     // Built up front: a closure inside the stream type trips the compiler's
     // `Send` check on the gRPC handlers' futures.
@@ -49,7 +50,7 @@ pub async fn send_all(
                 sequences = request.lengths.len() as i64,
                 tokens = request.token_ids.len() as i64,
             );
-            send(state, request, priority).instrument(span)
+            send(state, pool, request, priority).instrument(span)
         })
         .collect();
     stream::iter(sends)
@@ -60,6 +61,7 @@ pub async fn send_all(
 
 async fn send(
     state: &AppState,
+    pool: &Pool,
     request: EmbedRequest,
     priority: Priority,
 ) -> Result<EmbedResponse, ApiError> {
@@ -67,16 +69,16 @@ async fn send(
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     let mut last_error = None;
     for attempt in 1..=state.config.max_attempts {
-        let picked = if priority == Priority::Batch && state.batch_slots.bounded() {
-            let slots = &state.batch_slots;
-            let pick = slots.pick(|| state.replicas.snapshot(), state.policy.as_ref(), &tried);
+        let picked = if priority == Priority::Batch && pool.batch_slots.bounded() {
+            let slots = &pool.batch_slots;
+            let pick = slots.pick(|| Arc::new(pool.replicas()), pool.policy.as_ref(), &tried);
             pick.await.map(|(r, slot)| (r, Some(slot)))
         } else {
-            let replicas = state.replicas.snapshot();
-            state.policy.pick(&replicas, &tried).map(|r| (r, None))
+            let replicas = pool.replicas();
+            pool.policy.pick(&replicas, &tried).map(|r| (r, None))
         };
         let Some((replica, _slot)) = picked else {
-            return Err(last_error.unwrap_or_else(|| no_replica(&state.replicas)));
+            return Err(last_error.unwrap_or_else(|| pool.no_replica()));
         };
         if attempt > 1 {
             state.metrics.retry();
@@ -106,7 +108,7 @@ async fn send(
             ApiError::Unavailable(format!("a chunk failed on {n} attempts; last error: {m}"))
         }
         Some(e) => ApiError::Upstream(format!("a chunk failed on {n} attempts; last error: {e}")),
-        None => no_replica(&state.replicas),
+        None => pool.no_replica(),
     })
 }
 

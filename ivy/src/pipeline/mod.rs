@@ -18,6 +18,7 @@ pub mod tokens;
 mod validate;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ivy_tokenizer::Direction;
@@ -30,7 +31,7 @@ use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::request::id::RequestId;
 use crate::state::AppState;
-use crate::upstream::no_replica;
+use crate::upstream::pools::Pool;
 
 /// What the model should produce: the wire's output kinds, one enum for
 /// Ivy and Tulip (`proto`), read with `Kind::of` and named by `Kind::name`.
@@ -116,6 +117,9 @@ pub struct Options {
 }
 
 pub struct Job {
+    /// The model's pool (`Gateway::pool`): its tokenizer, templates and
+    /// replicas serve the job.
+    pub pool: Arc<Pool>,
     pub kind: Kind,
     pub inputs: Inputs,
     pub options: Options,
@@ -151,15 +155,17 @@ pub async fn guarded<T>(
 }
 
 async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
-    let model = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
+    let pool = Arc::clone(&job.pool);
+    let model = pool.info().ok_or_else(|| pool.no_replica())?;
     validate::job(&job, &model, &state.config)?;
 
     let started = Instant::now();
-    let templates = state.templates();
+    let templates = state.templates(&pool);
     // Counts as i64: the trace exporter writes unsigned values as strings.
     let span = tracing::debug_span!("tokenize", inputs = job.inputs.len() as i64, tokens = Empty);
     let tokenized = prepare::tokenize(
         state,
+        &pool,
         &model,
         &templates,
         job.inputs,
@@ -203,7 +209,8 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
         priority: priority.proto() as i32,
     };
     let sent = Instant::now();
-    let replies = dispatch::send_all(state, &tokenized, &chunks, &template, priority).await?;
+    let replies =
+        dispatch::send_all(state, &pool, &tokenized, &chunks, &template, priority).await?;
     state.metrics.stage(Stage::Dispatch, sent.elapsed());
 
     let mut out = Output::merge(job.kind, &chunks, replies)?;

@@ -3,25 +3,28 @@
 //! the logits unless raw), or a one-label cross-encoder's score as its one
 //! label.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Inputs, Job, Kind, Options, Output};
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::upstream::no_replica;
+use crate::upstream::pools::Pool;
 
 /// Runs `inputs` through the classifier; each input's predictions, best
 /// first.
 pub async fn run(
     state: &AppState,
+    pool: Arc<Pool>,
     inputs: Inputs,
     options: Options,
     deadline: Instant,
 ) -> Result<(Output, Vec<Vec<Prediction>>), ApiError> {
-    let model = state.model.info().ok_or_else(|| no_replica(&state.replicas))?;
+    let model = pool.info().ok_or_else(|| pool.no_replica())?;
     let classifier = model.kinds.contains(&(Kind::Classify as i32));
     let raw_scores = options.raw_scores;
     let job = Job {
+        pool,
         kind: if classifier {
             Kind::Classify
         } else {

@@ -11,9 +11,11 @@ use super::{Inputs, Options};
 use crate::error::ApiError;
 use crate::model::templates::Templates;
 use crate::state::AppState;
+use crate::upstream::pools::Pool;
 
 pub async fn tokenize(
     state: &AppState,
+    pool: &Pool,
     model: &InfoResponse,
     templates: &Templates,
     inputs: Inputs,
@@ -33,11 +35,11 @@ pub async fn tokenize(
     match inputs {
         Inputs::Texts(texts) => {
             let texts = templates.apply(options.prompt_name.as_deref(), texts)?;
-            tokenize_texts(&state.tokenizer()?, texts, truncation).await
+            tokenize_texts(&state.tokenizer(pool)?, texts, truncation).await
         }
         Inputs::Ids(ids) => check_ids(ids, truncation, model.vocab_size),
         Inputs::PairList(pairs) => {
-            let tokenizer = state.tokenizer()?;
+            let tokenizer = state.tokenizer(pool)?;
             let mut out = Tokenized::default();
             for (i, (first, second)) in pairs.iter().enumerate() {
                 let one = encode_pairs(
@@ -53,7 +55,7 @@ pub async fn tokenize(
             Ok(out)
         }
         Inputs::Pairs { query, texts } if !model.pair_template.is_empty() => {
-            let tokenizer = state.tokenizer()?;
+            let tokenizer = state.tokenizer(pool)?;
             let template = model.pair_template.clone();
             off_reactor("tokenization", move || {
                 encode_templated(&tokenizer, &template, &query, &texts, truncation, |i| {
@@ -63,7 +65,7 @@ pub async fn tokenize(
             .await
         }
         Inputs::Pairs { query, texts } => {
-            let tokenizer = state.tokenizer()?;
+            let tokenizer = state.tokenizer(pool)?;
             let name = move |i: usize| format!("the query with {field}[{i}]");
             if texts.len() <= INLINE_INPUTS {
                 return encode_pairs(&tokenizer, &query, &texts, truncation, name);

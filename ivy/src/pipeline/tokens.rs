@@ -11,6 +11,7 @@ use super::{guarded, validate};
 use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::state::AppState;
+use crate::upstream::pools::Pool;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
@@ -31,6 +32,7 @@ pub struct TokenizeJob {
 
 pub async fn run(
     state: &AppState,
+    pool: &Pool,
     job: TokenizeJob,
     deadline: Instant,
 ) -> Result<Vec<Vec<Token>>, ApiError> {
@@ -45,10 +47,10 @@ pub async fn run(
             "inputs",
         )?;
         let started = Instant::now();
-        let templates = state.templates();
+        let templates = state.templates(pool);
         let inputs = templates.apply(job.prompt_name.as_deref(), job.inputs)?;
         let add = job.add_special_tokens;
-        let tokenizer = state.tokenizer()?;
+        let tokenizer = state.tokenizer(pool)?;
         let out = if inputs.len() <= INLINE_INPUTS {
             tokens_of(&tokenizer, &inputs, add)
         } else {
@@ -69,12 +71,13 @@ pub struct DecodeJob {
 /// sequence (the same input limit as every other route).
 pub async fn decode(
     state: &AppState,
+    pool: &Pool,
     job: DecodeJob,
     deadline: Instant,
 ) -> Result<Vec<String>, ApiError> {
     guarded(state, deadline, async {
         validate::count(job.ids.len(), state.config.max_inputs, "ids", "sequences")?;
-        let tokenizer = state.tokenizer()?;
+        let tokenizer = state.tokenizer(pool)?;
         let skip = job.skip_special_tokens;
         let inline = job.ids.len() <= INLINE_INPUTS;
         let run = move || {

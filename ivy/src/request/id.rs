@@ -17,6 +17,23 @@ const MAX_LEN: usize = 128;
 
 tokio::task_local! {
     static CURRENT: RequestId;
+    /// The model pool serving the request, once known: its metric label.
+    static MODEL: std::cell::RefCell<Option<Arc<str>>>;
+}
+
+/// Records the pool serving the current request (a pool name: bounded).
+pub fn set_model_label(name: &Arc<str>) {
+    let _ = MODEL.try_with(|m| *m.borrow_mut() = Some(Arc::clone(name)));
+}
+
+/// The current request's model label: its pool, or `none` (refused before
+/// a model was chosen, or a route that uses none).
+pub fn model_label() -> Arc<str> {
+    MODEL
+        .try_with(|m| m.borrow().clone())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Arc::from("none"))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +83,9 @@ impl RequestId {
 
     /// Runs `fut` as part of this request.
     pub async fn scope<F: Future>(self, fut: F) -> F::Output {
-        CURRENT.scope(self, fut).await
+        CURRENT
+            .scope(self, MODEL.scope(Default::default(), fut))
+            .await
     }
 }
 
@@ -114,6 +133,15 @@ mod tests {
         assert!(RequestId::current().is_none());
         let id = RequestId::from_caller(Some(b"r1"));
         let seen = id.clone().scope(async { RequestId::current() }).await;
-        assert_eq!(seen, Some(id));
+        assert_eq!(seen, Some(id.clone()));
+        let label = id
+            .scope(async {
+                let before = model_label();
+                set_model_label(&Arc::from("m"));
+                (before, model_label())
+            })
+            .await;
+        assert_eq!((&*label.0, &*label.1), ("none", "m"));
+        assert_eq!(&*model_label(), "none");
     }
 }

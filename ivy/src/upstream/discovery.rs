@@ -1,6 +1,8 @@
-//! Where the replicas are: a static list (`--tulip`), or the addresses a DNS
-//! name resolves to (`--tulip-dns`, a Kubernetes headless Service: one A/AAAA
-//! record per ready pod), re-resolved every `--dns-interval`.
+//! Where the replicas are: a static list (`--tulip`), or the addresses DNS
+//! names resolve to (`--tulip-dns`, Kubernetes headless Services: one A/AAAA
+//! record per ready pod; several names for several model pools, whose
+//! replicas then group by the model they report), re-resolved every
+//! `--dns-interval`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +12,10 @@ use crate::upstream::set::ReplicaSet;
 
 pub enum Source {
     Static(Vec<String>),
-    Dns { target: String, interval: Duration },
+    Dns {
+        targets: Vec<String>,
+        interval: Duration,
+    },
 }
 
 /// Fills the set now and, for DNS, keeps it current.
@@ -29,15 +34,22 @@ pub async fn start(source: Source, set: Arc<ReplicaSet>) -> Result<(), String> {
             }
             set.set_targets(&urls)
         }
-        Source::Dns { target, interval } => {
-            let port = dns_port(&target)?;
+        Source::Dns { targets, interval } => {
+            let targets: Vec<(String, u16)> = targets
+                .iter()
+                .map(|t| dns_port(t).map(|port| (t.clone(), port)))
+                .collect::<Result<_, _>>()?;
+            if targets.is_empty() {
+                return Err("no DNS name given (--tulip-dns)".into());
+            }
             // A Service with no ready pod does not resolve: start empty and
             // keep trying rather than refusing to start.
-            resolve_into(&target, port, &set).await;
+            let mut known = vec![Vec::new(); targets.len()];
+            resolve_into(&targets, &mut known, &set).await;
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(interval).await;
-                    resolve_into(&target, port, &set).await;
+                    resolve_into(&targets, &mut known, &set).await;
                 }
             });
             Ok(())
@@ -56,26 +68,40 @@ fn dns_port(target: &str) -> Result<u16, String> {
         .map_err(|_| format!("--tulip-dns `{target}`: `{port}` is not a port"))
 }
 
-async fn resolve_into(target: &str, port: u16, set: &ReplicaSet) {
-    match tokio::net::lookup_host(target).await {
-        Ok(addrs) => {
-            let urls = urls_for(addrs, port);
-            if urls.is_empty() {
-                tracing::warn!(
-                    target,
-                    "DNS name resolved to no address; keeping the current replicas"
-                );
-                return;
+/// Resolves every name; a name that fails (or resolves to nothing) keeps
+/// its last addresses, so one Service's hiccup does not drop its replicas.
+async fn resolve_into(targets: &[(String, u16)], known: &mut [Vec<String>], set: &ReplicaSet) {
+    for ((target, port), last) in targets.iter().zip(known.iter_mut()) {
+        match tokio::net::lookup_host(target.as_str()).await {
+            Ok(addrs) => {
+                let urls = urls_for(addrs, *port);
+                if urls.is_empty() {
+                    tracing::warn!(
+                        target,
+                        "DNS name resolved to no address; keeping the current replicas"
+                    );
+                } else {
+                    *last = urls;
+                }
             }
-            if let Err(e) = set.set_targets(&urls) {
-                tracing::error!(target, error = %e, "cannot use the resolved replicas");
+            // Keep routing to the replicas known so far; their health checks
+            // take out the ones that are really gone.
+            Err(e) => {
+                tracing::warn!(target, error = %e, "DNS resolution failed; keeping the current replicas")
             }
         }
-        // Keep routing to the replicas known so far; their health checks
-        // take out the ones that are really gone.
-        Err(e) => {
-            tracing::warn!(target, error = %e, "DNS resolution failed; keeping the current replicas")
+    }
+    let mut urls: Vec<String> = Vec::new();
+    for url in known.iter().flatten() {
+        if !urls.contains(url) {
+            urls.push(url.clone());
         }
+    }
+    if urls.is_empty() {
+        return;
+    }
+    if let Err(e) = set.set_targets(&urls) {
+        tracing::error!(error = %e, "cannot use the resolved replicas");
     }
 }
 
@@ -127,13 +153,14 @@ mod tests {
     async fn dns_fills_the_set_and_static_needs_urls() {
         let set = Arc::new(ReplicaSet::default());
         let source = Source::Dns {
-            target: "localhost:7070".into(),
+            targets: vec!["localhost:7070".into(), "localhost:7071".into()],
             interval: Duration::from_secs(60),
         };
         start(source, Arc::clone(&set)).await.unwrap();
         let urls: Vec<String> = set.snapshot().iter().map(|r| r.url.clone()).collect();
         assert!(
-            urls.contains(&"http://127.0.0.1:7070".to_string()),
+            urls.contains(&"http://127.0.0.1:7070".to_string())
+                && urls.contains(&"http://127.0.0.1:7071".to_string()),
             "{urls:?}"
         );
         assert!(start(Source::Static(vec![" ".into()]), Arc::clone(&set))

@@ -9,14 +9,15 @@ pub mod coalesce;
 pub mod discovery;
 mod frame_client;
 pub mod health;
+pub mod pools;
 pub mod replica;
 pub mod set;
 pub mod spin;
 
 use std::time::Duration;
 
-use crate::error::ApiError;
 use self::set::ReplicaSet;
+use crate::error::ApiError;
 
 /// How long connecting to a replica may take (gRPC channel or frames socket).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -24,22 +25,34 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The 503 when no replica takes work: each replica's reason (refused,
 /// down, draining) and what to do, so the client sees what the logs say.
 pub fn no_replica(set: &ReplicaSet) -> ApiError {
+    no_replica_for(
+        set.snapshot()
+            .iter()
+            .map(|r| r.unavailable_reason())
+            .collect(),
+        None,
+    )
+}
+
+/// The 503 for `model` (a pool's, or any when `None`), from each replica's
+/// reason.
+pub fn no_replica_for(mut reasons: Vec<String>, model: Option<&str>) -> ApiError {
     const SHOWN: usize = 4;
-    let replicas = set.snapshot();
-    let mut reasons: Vec<String> = replicas
-        .iter()
-        .take(SHOWN)
-        .map(|r| r.unavailable_reason())
-        .collect();
-    if replicas.len() > SHOWN {
-        reasons.push(format!("and {} more", replicas.len() - SHOWN));
+    if reasons.len() > SHOWN {
+        let more = reasons.len() - SHOWN;
+        reasons.truncate(SHOWN);
+        reasons.push(format!("and {more} more"));
     }
     let detail = if reasons.is_empty() {
         "no replica is known yet (--tulip-dns has resolved none)".to_string()
     } else {
         reasons.join("; ")
     };
+    let which = match model {
+        Some(m) => format!("Tulip replica of model `{m}`"),
+        None => "Tulip replica".to_string(),
+    };
     ApiError::Unavailable(format!(
-        "no healthy Tulip replica is available: {detail}. Retry shortly if a replica is starting"
+        "no healthy {which} is available: {detail}. Retry shortly if a replica is starting"
     ))
 }

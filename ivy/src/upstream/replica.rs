@@ -103,6 +103,9 @@ pub struct Replica {
     /// frames, once its `Info` says it serves them (`use_frames`).
     frames: Option<FrameClient>,
     use_frames: AtomicBool,
+    /// The model pool it joined (`pools.rs`; usize::MAX: none yet). Kept
+    /// while it is down, so a pool's 503 names it.
+    pool: AtomicUsize,
     /// Why it last stopped taking work, for the 503 a client gets when no
     /// replica is left (logs are not the only place to find out).
     why: RwLock<String>,
@@ -150,8 +153,21 @@ impl Replica {
                 .filter(|_| unix_frames)
                 .map(|path| FrameClient::new(path.into(), MAX_RESPONSE_BYTES)),
             use_frames: AtomicBool::new(false),
+            pool: AtomicUsize::new(usize::MAX),
             why: RwLock::new(String::new()),
         })
+    }
+
+    /// The pool it belongs to, once it said what it serves.
+    pub fn pool(&self) -> Option<usize> {
+        match self.pool.load(Ordering::Relaxed) {
+            usize::MAX => None,
+            i => Some(i),
+        }
+    }
+
+    pub(crate) fn set_pool(&self, index: usize) {
+        self.pool.store(index, Ordering::Relaxed);
     }
 
     pub fn health(&self) -> Health {
@@ -180,6 +196,7 @@ impl Replica {
         let stats = self.stats();
         ReplicaSample {
             url: self.url.clone(),
+            model: String::new(),
             up: self.is_routable(),
             mismatch: self.health() == Health::Mismatch,
             inflight_tokens: self.inflight_tokens(),

@@ -20,9 +20,37 @@
 {{- printf "%s-ivy" (include "tulip-rose.fullname" .) }}
 {{- end }}
 
-{{/* Tulip's Deployment and its headless Service share this name. */}}
+{{/* Tulip's Deployment and its headless Service share this name; an extra
+     model pool's (`pools`) ends in "-<pool name>". */}}
 {{- define "tulip-rose.tulipName" -}}
-{{- printf "%s-tulip" (include "tulip-rose.fullname" .) }}
+{{- printf "%s-tulip%s" (include "tulip-rose.fullname" .) (include "tulip-rose.poolSuffix" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "" for the top-level pool, "-<name>" in an extra pool's context. */}}
+{{- define "tulip-rose.poolSuffix" -}}
+{{- get . "poolSuffix" | default "" }}
+{{- end }}
+
+{{/* Fills .out.ctx with the context an extra model pool (.pool, an entry of
+     `pools`) renders its Tulip objects in: the root context with the pool's
+     `model` and `tulip` merged over the top-level ones, and its suffix. */}}
+{{- define "tulip-rose.poolContext" -}}
+{{- $root := .root }}
+{{- $values := deepCopy $root.Values }}
+{{- $_ := set $values "model" (mergeOverwrite (deepCopy $root.Values.model) (deepCopy (.pool.model | default dict))) }}
+{{- $_ := set $values "tulip" (mergeOverwrite (deepCopy $root.Values.tulip) (deepCopy (.pool.tulip | default dict))) }}
+{{- $_ := set .out "ctx" (dict "Values" $values "Release" $root.Release "Chart" $root.Chart "Capabilities" $root.Capabilities "Template" $root.Template "Files" $root.Files "poolSuffix" (printf "-%s" .pool.name)) }}
+{{- end }}
+
+{{/* Every pool's DNS name, comma-separated: what IVY_TULIP_DNS lists. */}}
+{{- define "tulip-rose.tulipDnsAll" -}}
+{{- $names := list (include "tulip-rose.tulipDns" .) }}
+{{- range $pool := .Values.pools }}
+{{- $out := dict }}
+{{- $_ := include "tulip-rose.poolContext" (dict "root" $ "pool" $pool "out" $out) }}
+{{- $names = append $names (include "tulip-rose.tulipDns" $out.ctx) }}
+{{- end }}
+{{- join "," $names }}
 {{- end }}
 
 {{/* What Ivy resolves: every ready Tulip pod's address, on the gRPC port. */}}
@@ -213,7 +241,11 @@ Tulip instead of resolving the headless Service. */}}
       value: {{ printf "unix://%s" . | quote }}
     {{- else }}
     - name: IVY_TULIP_DNS
-      value: {{ include "tulip-rose.tulipDns" $ctx | quote }}
+      value: {{ include "tulip-rose.tulipDnsAll" $ctx | quote }}
+    {{- with $ctx.Values.ivy.defaultModel }}
+    - name: IVY_DEFAULT_MODEL
+      value: {{ . | quote }}
+    {{- end }}
     - name: IVY_DNS_INTERVAL
       value: {{ $i.dnsIntervalSeconds | quote }}
     {{- end }}
@@ -355,6 +387,16 @@ Tulip instead of resolving the headless Service. */}}
 {{- if ge (float64 $i.preStopSleepSeconds) (float64 $t.preStopSleepSeconds) }}
 {{- fail (printf "tulip.colocatedIvy: ivy.preStopSleepSeconds (%v) must be less than tulip.preStopSleepSeconds (%v): the sidecar has to stop taking requests while its Tulip still takes work" $i.preStopSleepSeconds $t.preStopSleepSeconds) }}
 {{- end }}
+{{- end }}
+{{- if and .Values.pools .Values.tulip.colocatedIvy.enabled }}
+{{- fail "pools: several model pools need the Ivy Deployment; tulip.colocatedIvy serves one Tulip each" }}
+{{- end }}
+{{- $seen := list "" }}
+{{- range .Values.pools }}
+{{- if has .name $seen }}
+{{- fail (printf "pools: the name %q is used twice (or is empty); each pool needs its own" .name) }}
+{{- end }}
+{{- $seen = append $seen .name }}
 {{- end }}
 {{- if and .Values.ivy.apiKey.existingSecret .Values.ivy.apiKey.value }}
 {{- fail "ivy.apiKey: set either existingSecret or value, not both" }}

@@ -42,9 +42,11 @@ def test_a_replica_without_tokenizer_json_is_refused_with_the_reason(tmp_path, l
         tulip.stop()
 
 
-def test_a_replica_restarted_with_another_model_is_refused_with_the_reason(tmp_path, log_dir):
-    """Item 2: the one replica comes back serving another model; the 503
-    says so and what to do."""
+def test_a_replica_restarted_with_another_model_is_named_in_the_503(tmp_path, log_dir):
+    """Item 2: the one replica comes back serving another model. It joins
+    that model's pool (several models behind one Ivy, issue 29), so the
+    first model's 503 says where the replica went and how to use it, and
+    requests naming the new model are served."""
     tulip = Tulip(log_dir=log_dir)
     port = tulip.port
     ivy = Ivy([tulip.url], tokenizer=False, log_dir=log_dir)
@@ -52,10 +54,13 @@ def test_a_replica_restarted_with_another_model_is_refused_with_the_reason(tmp_p
     try:
         tulip.stop()
         other = Tulip(str(models.tiny_bert(tmp_path / "tiny")), port=port, log_dir=log_dir)
-        wait_for(lambda: "replica refused" in ivy.log(), "Ivy to refuse the new model", timeout=30)
+        wait_for(lambda: ivy.series("ivy_replica_up", model="tiny") == 1, "Ivy to open the new model's pool",
+                 timeout=30)
         message = unavailable_message(ivy)
-        assert f"http://127.0.0.1:{port} is refused: it serves model tiny" in message, message
-        assert "restart it with sentence-transformers/all-MiniLM-L6-v2, or restart Ivy" in message, message
+        assert "model `sentence-transformers/all-MiniLM-L6-v2`" in message, message
+        assert f"http://127.0.0.1:{port} serves model `tiny` now (name it in `model` to use it)" in message, message
+        status, body = ivy.post_json("/v1/embeddings", {"input": "hello", "model": "tiny"})
+        assert status == 200 and body["model"] == "tiny", body
     finally:
         ivy.stop()
         if other is not None:

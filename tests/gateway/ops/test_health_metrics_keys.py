@@ -105,11 +105,13 @@ def test_metrics_expose_the_documented_series(ivy_minilm, tulip_minilm):
     ivy_minilm.post_json("/v1/embeddings", {"input": ["metrics please", "two"]})
     ivy_minilm.post_json("/embed", {"inputs": []})
     m = ivy_minilm.metrics()
-    assert m['ivy_requests_total{api="openai",endpoint="embeddings",status="200",error="none"}'] >= 1
-    assert m['ivy_requests_total{api="tei",endpoint="embed",status="400",error="empty"}'] >= 1
+    # `model`: the pool that served the request (its model id).
+    model = 'model="sentence-transformers/all-MiniLM-L6-v2"'
+    assert m[f'ivy_requests_total{{api="openai",endpoint="embeddings",status="200",error="none",{model}}}'] >= 1
+    assert m[f'ivy_requests_total{{api="tei",endpoint="embed",status="400",error="empty",{model}}}'] >= 1
     for stage in ["tokenize", "queue", "inference", "dispatch", "total"]:
         assert m[f'ivy_stage_duration_seconds_count{{stage="{stage}"}}'] >= 1, stage
-    replica = f'{{replica="{tulip_minilm.url}"}}'
+    replica = f'{{replica="{tulip_minilm.url}",{model}}}'
     assert m[f"ivy_replica_up{replica}"] == 1
     assert m[f"ivy_replica_tokens_total{replica}"] > 0
     assert m[f"ivy_replica_inflight_tokens{replica}"] == 0
@@ -155,6 +157,6 @@ def test_dns_discovery_finds_the_replica(tulip_minilm, minilm_dir, log_dir):
     try:
         status, body = ivy.post_json("/v1/embeddings", BODY)
         assert status == 200, body
-        assert ivy.metrics()[f'ivy_replica_up{{replica="{tulip_minilm.url}"}}'] == 1
+        assert ivy.series("ivy_replica_up", replica=tulip_minilm.url) == 1
     finally:
         ivy.stop()

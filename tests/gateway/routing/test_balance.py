@@ -31,7 +31,7 @@ def texts(n: int, offset: int = 0) -> list[str]:
 
 
 def series(ivy: Ivy, name: str, replica: Tulip) -> float:
-    return ivy.metrics().get(f'{name}{{replica="{replica.url}"}}', 0.0)
+    return ivy.series(name, replica=replica.url)
 
 
 def embed(ivy: Ivy, inputs: list[str]) -> tuple[np.ndarray, int]:

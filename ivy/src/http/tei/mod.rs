@@ -3,6 +3,8 @@
 //! `/tokenize`, `/decode`, with TEI's request fields, response shapes,
 //! defaults (`truncate` from `--auto-truncate`, `normalize` true,
 //! `skip_special_tokens` true) and error shape `{"error", "error_type"}`.
+//! TEI serves one model; here every route also takes an optional `model`
+//! (default: `--default-model`, else the first model to come up).
 
 use std::time::Instant;
 
@@ -22,14 +24,22 @@ use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
 use crate::pipeline::{self, floats, Inputs, Job, Kind, Options, Output};
 use crate::state::AppState;
+use crate::upstream::pools::Pool;
 
 pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    embedding(state, headers, body, Kind::Dense, "embed", |out| {
-        to_json(&Rows {
-            data: out.data(),
-            dim: out.dim,
-        })
-    })
+    embedding(
+        state,
+        headers,
+        body,
+        |_| Kind::Dense,
+        "embed",
+        |out| {
+            to_json(&Rows {
+                data: out.data(),
+                dim: out.dim,
+            })
+        },
+    )
     .await
 }
 
@@ -38,23 +48,30 @@ pub async fn embed_sparse(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    embedding(state, headers, body, Kind::Sparse, "embed_sparse", |out| {
-        let all: Vec<Vec<SparseValue>> = (0..out.sequences)
-            .map(|i| {
-                let (ids, weights) = out.sparse(i);
-                ids.iter()
-                    .zip(floats(weights))
-                    .map(|(&index, value)| SparseValue { index, value })
-                    .collect()
-            })
-            .collect();
-        to_json(&all)
-    })
+    embedding(
+        state,
+        headers,
+        body,
+        |_| Kind::Sparse,
+        "embed_sparse",
+        |out| {
+            let all: Vec<Vec<SparseValue>> = (0..out.sequences)
+                .map(|i| {
+                    let (ids, weights) = out.sparse(i);
+                    ids.iter()
+                        .zip(floats(weights))
+                        .map(|(&index, value)| SparseValue { index, value })
+                        .collect()
+                })
+                .collect();
+            to_json(&all)
+        },
+    )
     .await
 }
 
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let kind = pipeline::embed_all_kind(state.model.info().as_deref());
+    let kind = |pool: &Pool| pipeline::embed_all_kind(pool.info().as_deref());
     embedding(state, headers, body, kind, "embed_all", |out| {
         let all: Vec<Rows> = (0..out.sequences)
             .map(|i| Rows {
@@ -74,18 +91,20 @@ struct SparseValue {
 }
 
 /// The three embedding routes: same fields (dense adds `normalize` and
-/// `dimensions`), different outputs.
+/// `dimensions`), different outputs; `kind` from the model's pool.
 async fn embedding(
     state: AppState,
     headers: HeaderMap,
     body: Body,
-    kind: Kind,
+    kind: fn(&Pool) -> Kind,
     endpoint: &'static str,
     render: fn(&Output) -> Result<Vec<u8>, ApiError>,
 ) -> Response {
     let started = Instant::now();
     let result = async {
         let obj = json_object(&state, &headers, body, "inputs")?;
+        let (pool, _) = fields::pool(&state, &obj)?;
+        let kind = kind(&pool);
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         if kind == Kind::Dense {
@@ -93,6 +112,7 @@ async fn embedding(
             options.dimensions = fields::dimensions(&obj)?;
         }
         let job = Job {
+            pool,
             kind,
             inputs: fields::inputs(&obj, "inputs")?,
             field: "inputs",
@@ -121,12 +141,14 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
                 ))
             }
         };
+        let (pool, _) = fields::pool(&state, &obj)?;
         let source = fields::string(inputs, "source_sentence")?;
         let sentences = fields::strings(inputs, "sentences")?;
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         options.normalize = Some(true);
         let job = Job {
+            pool,
             kind: Kind::Dense,
             inputs: Inputs::Texts([vec![source], sentences].concat()),
             field: "inputs",
@@ -152,6 +174,7 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
             // The Cohere/Jina body, as /v1/rerank takes it.
             return super::cohere::rerank(&state, obj, started).await;
         }
+        let (pool, _) = fields::pool(&state, &obj)?;
         let query = fields::string(&obj, "query")?;
         let texts = match obj.get("texts") {
             Some(serde_json::Value::String(_)) => {
@@ -167,6 +190,7 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
         let mut options = common_options(&state, &obj)?;
         options.raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
         let job = Job {
+            pool,
             kind: Kind::Score,
             inputs: Inputs::Pairs { query, texts },
             field: "texts",

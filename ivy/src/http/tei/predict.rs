@@ -24,12 +24,13 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
     let started = Instant::now();
     let result = async {
         let obj = json_object(&state, &headers, body, "inputs")?;
+        let (pool, _) = fields::pool(&state, &obj)?;
         let (inputs, batch) = parse_inputs(&obj)?;
         let options = Options {
             raw_scores: fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false),
             ..common_options(&state, &obj)?
         };
-        let (out, labelled) = predict::run(&state, inputs, options, state.deadline()).await?;
+        let (out, labelled) = predict::run(&state, pool, inputs, options, state.deadline()).await?;
         let predictions: Vec<Vec<Prediction>> = labelled
             .iter()
             .map(|one| one.iter().map(Prediction::of).collect())

@@ -17,12 +17,13 @@ use crate::state::AppState;
 pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let obj = json_object(&state, &headers, body, "inputs")?;
+        let (pool, _) = fields::pool(&state, &obj)?;
         let job = TokenizeJob {
             inputs: fields::strings(&obj, "inputs")?,
             add_special_tokens: fields::opt_bool(&obj, "add_special_tokens")?.unwrap_or(true),
             prompt_name: fields::opt_string(&obj, "prompt_name")?,
         };
-        let all = tokens::run(&state, job, state.deadline()).await?;
+        let all = tokens::run(&state, &pool, job, state.deadline()).await?;
         let body: Vec<Vec<SimpleToken>> = all
             .iter()
             .map(|t| t.iter().map(SimpleToken::from).collect())
@@ -39,6 +40,7 @@ pub async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: B
 pub async fn decode(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         let obj = json_object(&state, &headers, body, "ids")?;
+        let (pool, _) = fields::pool(&state, &obj)?;
         let ids = match obj.get("ids") {
             Some(serde_json::Value::Array(a)) if a.is_empty() => vec![vec![]],
             _ => match fields::inputs(&obj, "ids")? {
@@ -55,7 +57,7 @@ pub async fn decode(State(state): State<AppState>, headers: HeaderMap, body: Bod
             ids,
             skip_special_tokens: fields::opt_bool(&obj, "skip_special_tokens")?.unwrap_or(true),
         };
-        let texts = tokens::decode(&state, job, state.deadline()).await?;
+        let texts = tokens::decode(&state, &pool, job, state.deadline()).await?;
         Ok(json(to_json(&texts)?))
     }
     .await;
