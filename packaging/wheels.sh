@@ -11,6 +11,9 @@ set -euo pipefail
 out=$(realpath -m "${1:-dist}")
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
+# maturin's build backend runs the `maturin` command: the one beside PYTHON
+# (a virtualenv that is not activated, as in the Tulip image's wheel stage).
+PATH="$(cd "$(dirname "$PYTHON")" && pwd):$PATH"
 mkdir -p "$out"
 "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$out" . packaging/ivy
 # Stripped after the build, not by maturin (see strip_wheel.py).
