@@ -28,6 +28,7 @@ COMMANDS = {
     "bulk": "bulk",
     "tracing": "tracing",
     "ray": "ray",
+    "cpu-steps": "cpu_steps",
 }
 
 

@@ -1,8 +1,10 @@
 """CPU row 5, batch embedding of real documents: 100 documents of 512 tokens
 (capped to the model's maximum) per request from 4 concurrent client
 processes through Ivy, against ``sentence-transformers`` ``encode``
-in-process on the same documents and Infinity serving the same model with
-the same clients, in alternating blocks of one run."""
+in-process on the same documents, fastembed's runtime in-process (ONNX
+Runtime + tokenizers, each request's documents as one padded batch, as
+fastembed's default batch size of 256 does) and Infinity serving the same
+model with the same clients, in alternating blocks of one run."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ LENGTH = 512
 def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rounds: int = 1) -> tuple[dict, str]:
     ivy, st = stack.ivy(), stack.st()
     notes: list[str] = []
+    ort = stack.onnxruntime_or_note(notes)
     inf = stack.infinity_or_note(notes)
     (length,), capped = capped_lengths([LENGTH], stack.max_length)
     notes += capped
@@ -58,7 +61,16 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
                         perf=perf.top(), perf_error=perf.error)
         return wall
 
+    def onnxruntime() -> float:
+        start = time.perf_counter()
+        for c in per_client:
+            for b in c:
+                ort.encode(b)
+        return time.perf_counter() - start
+
     sides = {"ivy": through_ivy, "sentence-transformers": in_process}
+    if ort is not None:
+        sides["onnxruntime"] = onnxruntime
     if inf is not None:
         inf_reqs = [[enc.prepare(Infinity.PATH, {"input": b, "model": INFINITY_MODEL_NAME}) for b in c]
                     for c in per_client]
@@ -70,6 +82,8 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
             rates[name].append(total / sides[name]())
     best = {k: round(max(v), 2) for k, v in rates.items()}
     ratios = {"ivy / sentence-transformers": ratio(best["ivy"], best["sentence-transformers"])}
+    if "onnxruntime" in best:
+        ratios["ivy / onnxruntime"] = ratio(best["ivy"], best["onnxruntime"])
     if "infinity" in best:
         ratios["ivy / infinity"] = ratio(best["ivy"], best["infinity"])
     data = {"params": {"clients": clients, "requests_per_client": requests, "batch": batch, "rounds": rounds,
@@ -81,7 +95,8 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
         f"{clients} client processes × {requests} request(s) × {batch} real-text documents of {length} tokens "
         f"= {total} embeddings per block, {rounds} block(s) per side in rotating order (best reported). "
         f"sentence-transformers encodes the same requests one after another in-process (its default batch "
-        f"size 32). Torch threads = {stack.threads}, fp32.\n",
+        f"size 32); onnxruntime (fastembed's runtime) encodes each request's documents as one padded batch "
+        f"in-process. Torch and ONNX Runtime threads = {stack.threads}, fp32.\n",
         table(["side", "embeddings/s (best)", "all blocks"], [[k, best[k], ", ".join(f"{x:.1f}" for x in rates[k])] for k in rates]),
         "\n" + table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
         "\nOn Ivy's side (last Ivy block; Tulip's /metrics and a perf profile of the Ivy and Tulip processes):\n",

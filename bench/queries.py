@@ -2,7 +2,8 @@
 (HTTP → tokenize → gRPC → Tulip → ROSE) against, in the same run and
 interleaved request by request: ``sentence-transformers`` ``encode``
 in-process, a bare ``transformers`` forward on the same token ids (same torch
-thread count), and Infinity serving the same model directory."""
+thread count), fastembed's runtime in-process (ONNX Runtime + tokenizers,
+same threads) and Infinity serving the same model directory."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     ivy = stack.ivy()
     st, bare = stack.st(), stack.bare()
     notes: list[str] = []
+    ort = stack.onnxruntime_or_note(notes)
     inf = stack.infinity_or_note(notes)
 
     ivy_c = HttpClient("127.0.0.1", ivy.port)
@@ -45,6 +47,8 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         "sentence-transformers": lambda i: st.encode(texts[i % n]),
         "transformers forward": lambda i: bare.forward(prepared[i % n]),
     }
+    if ort is not None:
+        sides["onnxruntime"] = lambda i: ort.encode([texts[i % n]])
     clients = [ivy_c]
     if inf is not None:
         inf_c = HttpClient("127.0.0.1", inf.port)
@@ -55,7 +59,9 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     interleave(sides, warmup, 0)
     before = metrics.parse(stack.tulip().metrics())
     lat = interleave(sides, rounds, 0, seed=1)
-    stages = metrics.stage_means(before, metrics.parse(stack.tulip().metrics()))
+    after = metrics.parse(stack.tulip().metrics())
+    stages = metrics.stage_means(before, after)
+    fast_steps = _replays(after) - _replays(before)
     stats = {k: Stats.of(v) for k, v in lat.items()}
     # As a server answering a stream of queries sees them: runs of
     # consecutive requests per side. Request by request, an in-process
@@ -77,6 +83,9 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         "streamed: ivy / sentence-transformers": ratio(sp50["ivy"], sp50["sentence-transformers"]),
         "streamed: ivy / transformers forward": ratio(sp50["ivy"], sp50["transformers forward"]),
     }
+    if "onnxruntime" in p50:
+        ratios["ivy / onnxruntime"] = ratio(p50["ivy"], p50["onnxruntime"])
+        ratios["streamed: ivy / onnxruntime"] = ratio(sp50["ivy"], sp50["onnxruntime"])
     if "infinity" in p50:
         ratios["infinity / ivy"] = ratio(p50["infinity"], p50["ivy"])
         ratios["streamed: infinity / ivy"] = ratio(sp50["infinity"], sp50["ivy"])
@@ -97,6 +106,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         "ivy_stage_means": stages,
         "ivy_breakdown_ms": breakdown,
         "perf_ivy_and_tulip": {"top": perf_top, "error": perf.error},
+        "tulip_fast_path_steps": fast_steps,
         "notes": notes,
         "http_reconnects": sum(c.reconnects for c in clients),
     }
@@ -109,6 +119,8 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
           f"{STREAM_SETTLE} of each run untimed), sides alternating run by run:\n",
           table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
                 [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in streamed.items()]),
+          f"\nTulip ran {fast_steps:.0f} of the {rounds} timed Ivy requests' steps on the CPU fast path "
+          "(ONNX Runtime, `tulip_steps_total{mode=\"replay\"}`).\n",
           "\nRatios of p50:\n",
           table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
           "\nWhere Ivy's time goes (means over the timed rounds; Tulip's stages from its /metrics):\n",
@@ -118,6 +130,11 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     for c in clients:
         c.close()
     return data, "\n".join(md)
+
+
+def _replays(parsed) -> float:
+    """Steps Tulip ran on the CPU fast path (counted as replays)."""
+    return sum(v for k, v in parsed.items() if k.startswith("tulip_steps_total") and 'mode="replay"' in k)
 
 
 def options(scale: float) -> dict:

@@ -59,9 +59,10 @@ class Stack:
         self.model_dir = model_dir or default_model_dir()
         self.threads = threads
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-logs-"))
-        self.tulip_flags = tulip_flags or {}
+        # The CPU fast path as served by default, built before any timing.
+        self.tulip_flags = {"cpu_fast_path": "true", "cpu_fast_path_warm": "true", **(tulip_flags or {})}
         self.gates: list[dict] = []
-        self._tulip = self._ivy = self._infinity = self._st = self._bare = None
+        self._tulip = self._ivy = self._infinity = self._st = self._bare = self._ort = None
         self._reference: dict[str, np.ndarray] = {}
         self._failed: dict[str, Exception] = {}
 
@@ -120,6 +121,29 @@ class Stack:
                 lambda bare: lambda texts: bare.embed([self.ids(t) for t in texts]))
         return self._bare
 
+    def onnxruntime(self):
+        """fastembed's runtime in-process (ONNX Runtime + tokenizers, the
+        model exported at start), gated like every side."""
+        if self._ort is None:
+            import torch
+
+            from bench.baselines.inprocess import OnnxRuntimeBaseline
+
+            torch.set_num_threads(self.threads)
+            self._ort = self._start(
+                "onnxruntime (in-process, fastembed's way)",
+                lambda: OnnxRuntimeBaseline(self.model_dir, self.threads, self.max_length, self.log_dir / "onnx"),
+                lambda o: o.encode)
+        return self._ort
+
+    def onnxruntime_or_note(self, notes: list[str]):
+        """The onnxruntime side, or None with the reason appended to ``notes``."""
+        try:
+            return self.onnxruntime()
+        except (ImportError, gate.GateFailed, RuntimeError) as e:
+            notes.append(f"onnxruntime not measured: {type(e).__name__}: {e}")
+            return None
+
     def ids(self, text: str) -> list[int]:
         return inputs.ids(self.model_dir, text, self.max_length)
 
@@ -133,7 +157,8 @@ class Stack:
         if self._tulip is None:
             self._tulip = self._start(
                 "Tulip gRPC (pre-tokenized)",
-                lambda: Tulip(self.model_dir, log_dir=self.log_dir, threads=self.threads, **self.tulip_flags),
+                lambda: Tulip(self.model_dir, log_dir=self.log_dir, threads=self.threads, timeout=900,
+                              **self.tulip_flags),
                 self._grpc_embed)
         return self._tulip
 
@@ -141,7 +166,7 @@ class Stack:
         """Another Tulip on the same model with other flags, gated like the
         first; the caller stops it."""
         return self._start(name, lambda: Tulip(self.model_dir, log_dir=self.log_dir, threads=self.threads,
-                                               **flags), self._grpc_embed)
+                                               timeout=900, **{**self.tulip_flags, **flags}), self._grpc_embed)
 
     def ivy(self) -> Ivy:
         if self._ivy is None:

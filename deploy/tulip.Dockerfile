@@ -76,12 +76,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     pip install "torch==${TORCH_VERSION}"
 
 FROM torch-${VARIANT}
-# The wheel plus its dependencies, the embedded default model and Ivy (the
+# The wheel plus its dependencies, the embedded default model, ONNX Runtime
+# for the CPU fast path (docs/latency.md; no compiler needed) and Ivy (the
 # `ivy` extra: tulip-rose-ivy from the wheel folder, `ivy` in /opt/venv/bin).
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     --mount=type=cache,target=/root/.cache/pip \
     set -- /wheels/tulip_rose-*.whl \
-    && pip install --find-links /wheels "$1[default-model,ivy]"
+    && pip install --find-links /wheels "$1[default-model,cpu-fast,ivy]"
 # The root filesystem is read-only in production: caches go to /tmp (an
 # emptyDir or tmpfs); bytecode was compiled by pip at install time.
 ENV PYTHONDONTWRITEBYTECODE=1 HOME=/tmp XDG_CACHE_HOME=/tmp/.cache

@@ -17,6 +17,8 @@ from .errors import InvalidBatchError
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
 from .loader import WeightReader, read_weights, strip_prefix
+from .cpufast import CpuFastPath, FastPathSettings
+from .cpufast import missing as cpu_fast_path_missing
 from .graphs import GraphKey, GraphSettings
 from .models import EmbeddingModel, attn_shape, build_model
 from .models import packed as packing
@@ -93,6 +95,19 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
+def load_model(spec: ModelSpec, backend: AttentionBackend) -> EmbeddingModel:
+    """A model built with ``backend`` and its weights read from the
+    directory: float32, on the CPU, in eval mode."""
+    model = build_model(spec, backend)
+    tensors = {} if spec.model_type == "null" else read_weights(spec.path)
+    weights = WeightReader(strip_prefix(tensors), str(spec.path))
+    model.load(weights)
+    leftover = weights.unused(ignore=("pooler.", "position_ids", "lm_head."))
+    if leftover:
+        log.warning("unused weights in %s: %s", spec.path, ", ".join(leftover[:8]))
+    return model.eval()
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -102,11 +117,21 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise ValueError(f"dtype {dtype!r} is not one of auto, {', '.join(_DTYPES)}") from None
 
 
+def _fast_path_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the CPU fast path does not apply to this engine, or None."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return f"it runs float32 CPU steps only (this engine: {dtype} on {device})"
+    if spec.model_type == "null":
+        return "the null model computes nothing"
+    return cpu_fast_path_missing()
+
+
 class Engine:
     """Runs one model. Not thread-safe: one host thread calls ``step``."""
 
     def __init__(self, spec: ModelSpec, model: EmbeddingModel, device: torch.device, dtype: torch.dtype,
-                 backend: AttentionBackend, graphs: bool = True, graph_settings: GraphSettings | None = None, static_on_cpu: bool = False):
+                 backend: AttentionBackend, graphs: bool = True, graph_settings: GraphSettings | None = None, static_on_cpu: bool = False,
+                 cpu_fast_path: CpuFastPath | None = None):
         self.spec = spec
         self.model = model
         self.device = device
@@ -131,7 +156,7 @@ class Engine:
             **_tokenizer_identity(spec.path),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
-                             graph_settings, graphs, static_on_cpu)
+                             graph_settings, graphs, static_on_cpu, cpu_fast_path)
 
     @classmethod
     def from_dir(
@@ -146,25 +171,22 @@ class Engine:
         graph_settings: GraphSettings | None = None,
         static_on_cpu: bool = False,
         packed_linear: bool = True,
+        cpu_fast_path: bool = False,
+        cpu_fast_path_settings: FastPathSettings | None = None,
     ) -> "Engine":
         """Loads a Hugging Face model directory. ``graphs`` enables lazily
         captured CUDA graphs (on CUDA, with a capture-safe attention backend);
         ``static_on_cpu`` runs the same static-buffer path on the CPU;
         ``packed_linear`` packs float32 linear weights for oneDNN on the CPU
-        (``rose/models/packed.py``)."""
+        (``rose/models/packed.py``); ``cpu_fast_path`` runs small float32
+        CPU steps on ONNX Runtime once their bucket is built and gated
+        (``rose/cpufast.py``; eager where it cannot)."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
         backend = select_backend(attn_shape(spec), dev, dt, attention)
-        model = build_model(spec, backend)
-        tensors = {} if spec.model_type == "null" else read_weights(spec.path)
-        weights = WeightReader(strip_prefix(tensors), str(spec.path))
-        model.load(weights)
-        leftover = weights.unused(ignore=("pooler.", "position_ids", "lm_head."))
-        if leftover:
-            log.warning("unused weights in %s: %s", spec.path, ", ".join(leftover[:8]))
-        model = model.to(device=dev, dtype=dt).eval()
+        model = load_model(spec, backend).to(device=dev, dtype=dt)
         packed = 0
         if packed_linear and dev.type == "cpu" and dt == torch.float32:
             if packing.available():
@@ -175,7 +197,33 @@ class Engine:
             "loaded %s (%s, %s, %s, attention=%s, %d packed linear layers) in %.1fs",
             spec.model_id, spec.model_type, dev, dt, backend.name, packed, time.perf_counter() - started,
         )
-        return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu)
+        fast = None
+        if cpu_fast_path:
+            why = _fast_path_refusal(spec, dev, dt)
+            if why is None:
+                fast = CpuFastPath(spec.path, model.kinds[0], model.dimension,
+                                   cpu_fast_path_settings)
+            else:
+                log.info("CPU fast path off: %s", why)
+        return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu, fast)
+
+    def warm_cpu_fast_path(self, timeout: float = 900.0) -> dict[int, str]:
+        """Builds the CPU fast path and gates every bucket now, on synthetic
+        steps (for operators who prefer paying the build at start-up, and
+        benchmarks); returns each bucket's state."""
+        fast = self.runner.fast
+        if fast is None:
+            return {}
+        for bucket in fast.settings.buckets():
+            tokens = min(bucket, fast.settings.max_tokens)
+            if fast.state(fast.settings.bucket(tokens)).value != "cold":
+                continue
+            span = max(min(1000, self.info.vocab_size - 5), 1)
+            ids = [5 + (i * 7919) % span for i in range(tokens)]  # clear of special and padding ids
+            out = self.step(Batch.from_lists([ids], fast.kind))
+            out.release()
+        fast.wait(timeout)
+        return {b: fast.state(b).value for b in fast.settings.buckets()}
 
     def step(self, batch: Batch) -> LazyTensor:
         """Runs one batch. Returns at once; the result is on the host when

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .attention import AttentionBackend
+from .cpufast import CpuFastPath
 from .errors import DeviceError, is_sticky_cuda_error
 from .graphs import Action, Dispatcher, GraphKey, GraphSettings
 from .interface import Batch, Layout, OutputKind
@@ -54,7 +55,7 @@ class Runner:
 
     def __init__(self, model: EmbeddingModel, device: torch.device, backend: AttentionBackend,
                  dimension: int, normalize_default: bool, settings: GraphSettings | None = None,
-                 graphs: bool = True, static_on_cpu: bool = False):
+                 graphs: bool = True, static_on_cpu: bool = False, fast: CpuFastPath | None = None):
         self.model = model
         self.device = device
         self.backend = backend
@@ -78,6 +79,8 @@ class Runner:
         self._entries: dict[GraphKey, _Entry] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda else None
         self.threads = None if self.cuda else ThreadBudget()
+        # Small CPU steps on ONNX Runtime once their bucket is built (rose/cpufast.py).
+        self.fast = None if self.cuda else fast
         self._host_thread = threading.local()
         if self.cuda and graphs and not graph_ok:
             log.warning("attention backend %s is not capture-safe or pads to the longest sequence: CUDA graphs "
@@ -106,6 +109,10 @@ class Runner:
         resolve_defaults(batch, self.dimension, self.normalize_default)
         if self.threads is not None:
             self.threads.apply(batch.layout.real_tokens)
+        if self.fast is not None:
+            bucket = self.fast.key(batch)
+            if bucket is not None:
+                return self._fast(batch, bucket)
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
         action = self.dispatcher.hit(key)
         try:
@@ -131,6 +138,20 @@ class Runner:
             out = self.run(batch)
             out.synchronize()
             out.release()
+
+    # The CPU fast path: ONNX Runtime once the bucket is ready, else eager
+    # (and the bucket's first eager step is handed to its build).
+
+    def _fast(self, batch: Batch, bucket: int) -> LazyTensor:
+        out = self.fast.run(bucket, batch)
+        if out is None:
+            lazy = self._eager(batch)
+            self.fast.offer(bucket, batch, lazy.tensor())
+            return lazy
+        layout = batch.layout
+        # Reported as a replay: a prebuilt whole-model graph, as on a GPU.
+        self._count(Action.REPLAY, layout)
+        return LazyTensor.ready(out, _fast_info(layout.tokens))
 
     # Eager: exact shapes, no padding.
 
@@ -223,6 +244,11 @@ def _eager_info(tokens: int, padded_tokens: int) -> StepInfo:
     """One shared (frozen) StepInfo per size: building one is a slow
     dataclass ``__init__`` on every step."""
     return StepInfo("eager", tokens, padded_tokens)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fast_info(tokens: int) -> StepInfo:
+    return StepInfo("replay", tokens, tokens)
 
 
 def _on(device: torch.device):

@@ -142,6 +142,15 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--cpu-packed-linear", type=parse_bool, default=True,
            help="on the CPU at float32, linear layers run on weights packed once for oneDNN (2-3x faster "
                 "matmuls than PyTorch's default on a 2-core AMD EPYC, same precision); false = PyTorch's own")
+    p.flag("--cpu-fast-path", type=parse_bool, default=True,
+           help="on the CPU at float32, small steps run on ONNX Runtime from the model exported at run time, "
+                "built in the background per token bucket on first use and gated against the eager step "
+                "(docs/latency.md); needs tulip-rose[cpu-fast], else eager; false = always eager")
+    p.flag("--cpu-fast-path-max-tokens", type=int, default=256,
+           help="largest step (tokens) the CPU fast path takes; larger steps run on the ragged eager path")
+    p.flag("--cpu-fast-path-warm", type=parse_bool, default=False,
+           help="build the CPU fast path and gate every bucket at start-up, before serving, instead of "
+                "in the background on first use")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     p.flag("--json-output", type=parse_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
@@ -223,6 +232,7 @@ def _load_engine(args, model: str, log):
     import torch
 
     from rose import Engine, RoseError
+    from rose.cpufast import FastPathSettings
     from rose.graphs import GraphSettings
     from rose.hub import resolve
 
@@ -246,11 +256,17 @@ def _load_engine(args, model: str, log):
         else:
             engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
                                      model_id=model_id, graphs=args.graphs, graph_settings=settings,
-                                     packed_linear=args.cpu_packed_linear)
+                                     packed_linear=args.cpu_packed_linear, cpu_fast_path=args.cpu_fast_path,
+                                     cpu_fast_path_settings=FastPathSettings(
+                                         max_tokens=args.cpu_fast_path_max_tokens))
         if engine.runner.threads is not None:
             engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
+        if args.cpu_fast_path_warm and args.device != "sim":
+            states = engine.warm_cpu_fast_path()
+            if states:
+                log.info("CPU fast path buckets: %s", ", ".join(f"{b} tokens {s}" for b, s in states.items()))
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
         raise _Refused from e

@@ -1,5 +1,6 @@
 """In-process baselines: ``sentence-transformers`` ``encode`` (tokenization
-included) and a bare ``transformers`` forward on prepared token ids."""
+included), a bare ``transformers`` forward on prepared token ids, and
+fastembed's runtime (ONNX Runtime + ``tokenizers``)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,70 @@ class BareForward:
 
     def embed(self, sequences: list[list[int]]) -> np.ndarray:
         return self.forward(self.prepare(sequences)).cpu().numpy()
+
+
+class OnnxRuntimeBaseline:
+    """fastembed's runtime, in-process: ONNX Runtime on the model exported
+    to ONNX from ``transformers`` on the same weights (at load, into
+    ``work_dir``; nothing downloaded), Hugging Face ``tokenizers`` with
+    truncation and padding, then the model's pooling (mean over the mask,
+    CLS or last token) and L2 normalisation in NumPy, as fastembed does.
+    Intra-op threads are the run's thread budget; its threads spin while
+    waiting only when ``OMP_WAIT_POLICY`` is not ``PASSIVE`` (the harness
+    sets PASSIVE for every side: a spinning side steals the cores from the
+    next side of an interleaved round)."""
+
+    def __init__(self, model_dir: str, threads: int, max_length: int, work_dir: Path):
+        import os
+
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+        from transformers import AutoModel
+
+        self.pooling = _pooling(model_dir)
+        path = Path(work_dir) / "model.onnx"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+            ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+            batch, length = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("length", min=2, max=8192)
+            dyn = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
+            from rose.cpufast import quiet_exporter
+
+            with torch.no_grad(), quiet_exporter():
+                torch.onnx.export(_LastHidden(model), (ids, torch.ones_like(ids)), str(path), dynamo=True,
+                                  dynamic_shapes=dyn, input_names=list(dyn), output_names=["last_hidden_state"],
+                                  optimize=True, verbose=False)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        passive = os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0" if passive else "1")
+        self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self.tokenizer = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length)
+        pad = self.tokenizer.padding or {}
+        self.tokenizer.enable_padding(pad_id=pad.get("pad_id", 0), pad_token=pad.get("pad_token", "[PAD]"))
+
+    def encode(self, texts: list[str] | str) -> np.ndarray:
+        enc = self.tokenizer.encode_batch([texts] if isinstance(texts, str) else texts)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        if self.pooling == "mean":
+            m = mask[..., None].astype(np.float32)
+            pooled = (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        elif self.pooling == "last":
+            pooled = hidden[np.arange(len(ids)), mask.sum(1) - 1]
+        else:
+            pooled = hidden[:, 0]
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+
+class _LastHidden(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state

@@ -59,7 +59,9 @@ class Servers:
 
         self.log_dir = log_dir
         self.model_dir = default_model_dir()
-        self.replicas = start_tulips(2, self.model_dir, log_dir=log_dir, threads=TULIP_THREADS)
+        # As served by default: the CPU fast path on, built lazily during
+        # the warm-up (so the soak's memory figures include it).
+        self.replicas = start_tulips(2, self.model_dir, log_dir=log_dir, threads=TULIP_THREADS, cpu_fast_path="true")
         self.ivy = Ivy([t.url for t in self.replicas], self.model_dir, log_dir=log_dir)
         self._rerank = None
         self._model_tmp: str | None = None
@@ -67,7 +69,7 @@ class Servers:
             self.vocab = c.info().vocab_size
 
     def tulip_args(self) -> dict:
-        return {"log_dir": self.log_dir, "threads": TULIP_THREADS}
+        return {"log_dir": self.log_dir, "threads": TULIP_THREADS, "cpu_fast_path": "true"}
 
     def rerank(self):
         """(Ivy, Tulip) on a tiny seeded BERT cross-encoder (as the tests

@@ -31,6 +31,7 @@ class SimRunner:
     """``rose.runner.Runner``'s interface over a simulated device."""
 
     threads = None  # no CPU thread budget: the "device" computes
+    fast = None  # no CPU fast path either
 
     def __init__(self, device: SimDevice, synth: OutputSynth, dimension: int, normalize_default: bool,
                  settings: GraphSettings | None = None, graphs: bool = True):

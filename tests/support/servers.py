@@ -129,6 +129,10 @@ class Tulip(Process):
         self.model_dir = model_dir or default_model_dir()
         cmd = [sys.executable, "-m", "tulip", "--model", self.model_dir, "--host", "127.0.0.1",
                "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
+        # Tests run eager unless they ask for the CPU fast path: its
+        # background build would spend seconds of CPU in every Tulip a test
+        # starts (tests/rose/test_cpu_fast_path.py covers it).
+        flags.setdefault("cpu_fast_path", "false")
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         # Stubs that cannot import (missing, or generated for a newer

@@ -1,0 +1,113 @@
+"""Step time per token bucket, in-process, on the CPU: ROSE's eager step
+(as Tulip runs it: packed linear layers, one thread below 32 tokens)
+against the CPU fast path (ONNX Runtime on ROSE's own export,
+``rose/cpufast.py``), interleaved step by step on real text of each
+bucket's size, batch 1, plus one step of 4 queries. Also the fast path's
+build time, its gate per bucket and the resident memory it added."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from pathlib import Path
+
+from bench import inputs
+from bench.harness import Stats, ratio, scaled
+from bench.results import table
+from bench.stack import Stack
+
+TITLE = "CPU step time per bucket: eager vs the CPU fast path (ONNX Runtime)"
+# Real tokens per step, batch 1 (one per bucket of the default grid).
+TOKENS = (12, 28, 60, 120, 250)
+QUERIES_IN_ONE_STEP = 4
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
+    import torch
+
+    from rose import Batch, Engine
+
+    torch.set_num_threads(stack.threads)
+    eager = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32")
+    rss_before = _rss_mb()
+    fast = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32", cpu_fast_path=True)
+    if fast.runner.fast is None:
+        raise RuntimeError("the CPU fast path is unavailable here (pip install 'tulip-rose[cpu-fast]')")
+    started = time.perf_counter()
+    states = fast.warm_cpu_fast_path()
+    warm_s = time.perf_counter() - started
+    rss_after = _rss_mb()
+
+    max_len = min(stack.max_length, max(TOKENS))
+    steps = {f"1 x {n}": [stack.ids(inputs.text_of_tokens(stack.model_dir, min(n, max_len)))] for n in TOKENS}
+    queries = inputs.queries(stack.model_dir, QUERIES_IN_ONE_STEP)
+    steps[f"{QUERIES_IN_ONE_STEP} queries"] = [stack.ids(q) for q in queries]
+
+    def runner(engine, seqs):
+        batch = Batch.from_lists(seqs)
+
+        def once():
+            lazy = engine.step(batch)
+            mode = lazy.info.mode
+            lazy.release()
+            return mode
+        return once
+
+    sides = {(name, side): runner(engine, seqs) for name, seqs in steps.items()
+             for side, engine in (("eager", eager), ("fast path", fast))}
+    modes = {k: fn() for k, fn in sides.items()}
+    for _ in range(warmup):
+        for fn in sides.values():
+            fn()
+    lat: dict = {k: [] for k in sides}
+    rng = random.Random(0)
+    keys = list(sides)
+    for _ in range(rounds):
+        rng.shuffle(keys)
+        for k in keys:
+            t = time.perf_counter()
+            sides[k]()
+            lat[k].append(time.perf_counter() - t)
+    stats = {k: Stats.of(v) for k, v in lat.items()}
+    rows, data_rows = [], []
+    for name, seqs in steps.items():
+        e, f = stats[(name, "eager")], stats[(name, "fast path")]
+        tokens = sum(len(s) for s in seqs)
+        bucket = fast.runner.fast.settings.bucket(tokens)
+        r = ratio(e.p50, f.p50)
+        rows.append([name, tokens, bucket or "–", modes[(name, "fast path")], e.p50, f.p50, r, e.p90, f.p90])
+        data_rows.append({"step": name, "tokens": tokens, "bucket": bucket, "fast_mode": modes[(name, "fast path")],
+                          "eager": e.to_dict(), "fast": f.to_dict(), "speedup_p50": r})
+    gates = {str(b): round(c, 6) for b, c in fast.runner.fast.gates.items()}
+    data = {"params": {"rounds": rounds, "warmup": warmup, "threads": stack.threads, "model_dir": stack.model_dir,
+                       "dtype": "float32", "order": "shuffled every round"},
+            "steps": data_rows, "bucket_states": {str(b): s for b, s in states.items()}, "gates_min_cosine": gates,
+            "build_and_warm_seconds": round(warm_s, 1),
+            "rss_mb": {"before_fast_engine": round(rss_before, 1), "after_warm": round(rss_after, 1),
+                       "added": round(rss_after - rss_before, 1)}}
+    md = "\n".join([
+        f"In-process, {rounds} interleaved rounds after {warmup} warm-up rounds, threads = {stack.threads}, fp32. "
+        "Eager: ROSE's ragged step as Tulip runs it; fast path: the same engine API with the CPU fast path "
+        "built and gated for every bucket first (`Engine.warm_cpu_fast_path`).\n",
+        table(["step", "tokens", "bucket", "fast path ran as", "eager p50 ms", "fast p50 ms", "eager / fast",
+               "eager p90 ms", "fast p90 ms"], rows),
+        f"\nBuild (export + session) and gating of every bucket: {warm_s:.1f} s. Fidelity gate per bucket (min "
+        f"cosine against the eager step): {', '.join(f'{b}: {c}' for b, c in gates.items())}.",
+        f"\nResident memory of the process: {rss_before:.0f} MB before the second (fast-path) engine loaded, "
+        f"{rss_after:.0f} MB once its fast path was built (+{rss_after - rss_before:.0f} MB: that engine's model "
+        "and its ONNX Runtime session).",
+        f"\nMean speed-up over the batch-1 rows: "
+        f"{statistics.mean(r['speedup_p50'] for r in data_rows[:len(TOKENS)] if r['speedup_p50']):.2f}×."])
+    return data, md
+
+
+def options(scale: float) -> dict:
+    return {"rounds": scaled(200, scale, 20), "warmup": scaled(20, scale, 5)}

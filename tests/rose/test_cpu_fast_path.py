@@ -1,0 +1,203 @@
+"""The CPU fast path (rose/cpufast.py): small steps on ONNX Runtime from
+ROSE's own export, built per token bucket in the background and gated.
+
+Fidelity per bucket and per family against sentence-transformers on the
+same weights (MiniLM, and a BGE-M3-shaped XLM-R with its sparse and
+multi-vector heads); eager where the fast path cannot run (its runtime
+missing, the option off, outputs and sizes it does not take); and, served,
+that Tulip uses it when on and never loads ONNX Runtime when off."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rose import Batch, Engine
+from rose.cpufast import FIDELITY, FastPathSettings, State
+from tests.support.reference import assert_close_vectors
+from tests.support.servers import REPO, Tulip
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+# Sequence lengths that land in every bucket up to 128 tokens, and a step
+# larger than the fast path takes (128 tokens max here, to keep it short).
+LENGTHS = (9, 16, 27, 50, 100, 160)
+SETTINGS = FastPathSettings(max_tokens=128)
+
+
+def _st_inputs(st, texts):
+    feats = st.tokenize(texts)
+    return [ids[m.bool()].tolist() for ids, m in zip(feats["input_ids"], feats["attention_mask"])]
+
+
+def _texts_of_lengths(st, corpus: list[str], lengths=LENGTHS) -> list[str]:
+    """Real text cut to each target token count (special tokens included)."""
+    long = " ".join(corpus)
+    out = []
+    for n in lengths:
+        words = long.split()
+        lo, hi = 1, len(words)
+        while lo < hi:  # the fewest words that reach n tokens
+            mid = (lo + hi) // 2
+            if len(_st_inputs(st, [" ".join(words[:mid])])[0]) >= n:
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append(" ".join(words[:lo]))
+    return out
+
+
+def _step(engine: Engine, seqs, kind="dense"):
+    lazy = engine.step(Batch.from_lists(seqs, kind))
+    try:
+        return lazy.info.mode, lazy.tensor().clone()
+    finally:
+        lazy.release()
+
+
+def _run_twice(engine: Engine, seqs, kind="dense"):
+    """First hit (eager, queues the bucket's build), the build, second hit."""
+    first = _step(engine, seqs, kind)
+    assert engine.runner.fast.wait(600)
+    return first, _step(engine, seqs, kind)
+
+
+@pytest.fixture(scope="module")
+def minilm_fast(minilm_dir):
+    return Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True,
+                           cpu_fast_path_settings=SETTINGS)
+
+
+def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minilm, texts):
+    e = minilm_fast
+    queries = _texts_of_lengths(st_minilm, texts)
+    want = st_minilm.encode(queries, convert_to_tensor=True).float()
+    for text, n, ref in zip(queries, LENGTHS, want):
+        seqs = _st_inputs(st_minilm, [text])
+        bucket = SETTINGS.bucket(len(seqs[0]))
+        cold = bucket is None or e.runner.fast.state(bucket) is State.COLD
+        (mode1, out1), (mode2, out2) = _run_twice(e, seqs)
+        assert mode1 == ("eager" if cold else "replay")  # the first hit of a bucket is eager
+        assert_close_vectors(out1, ref.unsqueeze(0))
+        if bucket is None:  # beyond --cpu-fast-path-max-tokens: the ragged eager path
+            assert mode2 == "eager"
+        else:
+            assert e.runner.fast.state(bucket) is State.READY, (n, e.runner.fast.gates)
+            assert e.runner.fast.gates[bucket] >= FIDELITY
+            assert mode2 == "replay"
+        assert_close_vectors(out2, ref.unsqueeze(0))
+    assert e.runner.fast.counts()["ready"] == 4  # 16, 32, 64, 128
+    # Several sequences in one small step (Tulip batches concurrent queries).
+    seqs = _st_inputs(st_minilm, queries[:3])
+    mode, out = _step(e, seqs)
+    assert mode == "replay"
+    assert_close_vectors(out, want[:3])
+
+
+def test_options_and_other_outputs(minilm_fast, st_minilm):
+    """Matryoshka dimensions and normalisation per sequence hold on the
+    fast path; token states (not its output) run eagerly."""
+    e = minilm_fast
+    texts = ["how long does sourdough take to rise", "What is an embedding?"]
+    seqs = _st_inputs(st_minilm, texts)
+    e.warm_cpu_fast_path()
+    lazy = e.step(Batch.from_lists(seqs, dimensions=[64, 0], normalize=[False, True]))
+    got = lazy.tensor().clone()
+    assert lazy.info.mode == "replay"
+    lazy.release()
+    full = st_minilm.encode(texts, convert_to_tensor=True, normalize_embeddings=False).float()
+    assert torch.count_nonzero(got[0, 64:]) == 0
+    assert_close_vectors(got[:1, :64], full[:1, :64])
+    assert_close_vectors(got[1:], torch.nn.functional.normalize(full[1:], dim=-1))
+    mode, states = _step(e, seqs[:1], "token_states")
+    assert mode == "eager" and states.shape == (len(seqs[0]), 384)
+
+
+def test_bge_m3_shape_dense_per_bucket(xlmr_dir, texts):
+    """An XLM-R family model with BGE-M3's heads: dense on the fast path
+    matches sentence-transformers per bucket; sparse and multi-vector
+    outputs stay eager."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(xlmr_dir), device="cpu")
+    e = Engine.from_dir(xlmr_dir, device="cpu", dtype="float32", cpu_fast_path=True,
+                        cpu_fast_path_settings=SETTINGS)
+    assert set(e.info.kinds) == {"dense", "sparse", "multi_vector"}
+    queries = _texts_of_lengths(st, texts, LENGTHS[:-1])
+    want = st.encode(queries, convert_to_tensor=True).float()
+    for text, ref in zip(queries, want):
+        seqs = _st_inputs(st, [text])
+        _, (mode, out) = _run_twice(e, seqs)
+        assert mode == "replay", e.runner.fast.gates
+        assert_close_vectors(out, ref.unsqueeze(0))
+    mode, out = _step(e, _st_inputs(st, queries[:2]))
+    assert mode == "replay"
+    assert_close_vectors(out, want[:2])
+    for kind in ("sparse", "multi_vector"):
+        assert _step(e, _st_inputs(st, queries[:1]), kind)[0] == "eager"
+
+
+def test_off_means_eager_and_nothing_built(minilm_dir, st_minilm, texts):
+    e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32")  # off by default in Python
+    assert e.runner.fast is None
+    seqs = _st_inputs(st_minilm, texts[:1])
+    assert [_step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
+    assert e.warm_cpu_fast_path() == {}
+    assert e.runner.stats.steps["replay"] == 0
+
+
+def test_runtime_missing_falls_back_to_eager(minilm_dir):
+    """Without onnxruntime installed the option is accepted, logged, and
+    every step runs eagerly (a fresh interpreter where it cannot import)."""
+    code = (
+        "import sys, logging; logging.basicConfig(level=logging.INFO)\n"
+        "sys.modules['onnxruntime'] = None\n"
+        "from rose import Engine, Batch\n"
+        f"e = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', cpu_fast_path=True)\n"
+        "assert e.runner.fast is None\n"
+        "modes = [e.step(Batch.from_lists([[101, 2000, 2001, 102]])).info.mode for _ in range(3)]\n"
+        "assert modes == ['eager'] * 3, modes\n"
+        "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr
+    assert "CPU fast path off: onnxruntime is not installed" in res.stderr
+
+
+def _onnxruntime_loaded(pid: int) -> bool:
+    return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def _replays(tulip: Tulip) -> float:
+    for line in tulip.metrics().splitlines():
+        if line.startswith('tulip_steps_total{mode="replay"}'):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
+    """Served: with the fast path warmed at start-up a query's step is a
+    replay and matches sentence-transformers; with it off no step is, and
+    ONNX Runtime is never loaded into the process."""
+    texts = ["how long does sourdough take to rise", "What is an embedding?"]
+    seqs = _st_inputs(st_minilm, texts)
+    want = st_minilm.encode(texts, convert_to_tensor=True).float()
+    on = Tulip(minilm_dir, log_dir=log_dir, cpu_fast_path="true", cpu_fast_path_warm="true",
+               cpu_fast_path_max_tokens=64, timeout=900)
+    off = Tulip(minilm_dir, log_dir=log_dir)  # the test default: --cpu-fast-path false
+    try:
+        for tulip, replays in ((on, True), (off, False)):
+            with tulip.client() as c:
+                for i, s in enumerate(seqs):
+                    got = torch.tensor(np.array(c.embed([s]).values, dtype=np.float32)).reshape(1, -1)
+                    assert_close_vectors(got, want[i:i + 1])
+            assert (_replays(tulip) >= 2) is replays
+            assert _onnxruntime_loaded(tulip.proc.pid) is replays
+    finally:
+        on.stop()
+        off.stop()
