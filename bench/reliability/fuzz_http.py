@@ -28,6 +28,10 @@ def error_shape_problem(path: str, status: int, body: bytes) -> str | None:
         doc = json.loads(body)
     except ValueError:
         return f"error body is not JSON: {body[:80]!r}"
+    if path.startswith("/v2/"):
+        if not (isinstance(doc, dict) and isinstance(doc.get("message"), str) and isinstance(doc.get("id"), str)):
+            return f"not Cohere's error shape: {str(doc)[:120]}"
+        return None
     if path.startswith("/v1/"):
         err = doc.get("error") if isinstance(doc, dict) else None
         if not (isinstance(err, dict) and OPENAI_ERROR_KEYS <= set(err) and isinstance(err["message"], str)):

@@ -36,9 +36,10 @@ def test_generated_requests_get_documented_answers(ivy_minilm):
 @pytest.mark.parametrize("path, body, family", [
     ("/v1/embeddings", b'{"error": {"message": "m", "type": "t", "param": null, "code": 422}}', "openai"),
     ("/embed", b'{"error": "m", "error_type": "Validation"}', "tei"),
+    ("/v2/embed", b'{"id": "r1", "message": "m"}', "cohere"),
 ])
 def test_error_shape_check_accepts_the_documented_shapes(path, body, family):
     assert fuzz_http.error_shape_problem(path, 422, body) is None
-    other = "/embed" if family == "openai" else "/v1/embeddings"
+    other = "/embed" if family != "tei" else "/v1/embeddings"
     assert fuzz_http.error_shape_problem(other, 422, body) is not None
     assert fuzz_http.error_shape_problem(path, 500, b"Internal Server Error") is not None

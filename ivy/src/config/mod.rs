@@ -235,6 +235,55 @@ pub struct Config {
     /// Log filter (tracing syntax, e.g. "info" or "ivy=debug").
     #[arg(long, env = "IVY_LOG", default_value = "info")]
     pub log: String,
+
+    /// What `POST /` and `POST /invocations` (the Hugging Face client's and
+    /// SageMaker's paths) do: `auto` picks by the model's outputs as TEI
+    /// does (embed, embed_sparse for a sparse-only model, predict for a
+    /// classifier, rerank for a cross-encoder); `sentence-similarity` serves
+    /// /similarity there (TEI reads `TASK=sentence-similarity`).
+    #[arg(long, env = "IVY_TASK", value_enum, default_value_t = Task::Auto)]
+    pub task: Task,
+
+    /// Texts (one per line) the model embeds once, on the first int8/uint8
+    /// request, to calibrate the per-dimension ranges of quantized vectors.
+    /// Default: the 340 multilingual passages built into Ivy.
+    #[arg(long, env = "IVY_CALIBRATION_CORPUS")]
+    pub calibration_corpus: Option<PathBuf>,
+
+    /// Quantization ranges to use instead of calibrating (a JSON file as
+    /// `GET /quantization/ranges` returns, or a list of them, one per
+    /// dimensions/normalize setting): every Ivy of a fleet then quantizes alike.
+    #[arg(long, env = "IVY_QUANTIZATION_RANGES")]
+    pub quantization_ranges: Option<PathBuf>,
+
+    /// Inputs longer than the model's window, when a request does not say
+    /// (`long_inputs`): `truncate` (cut, or refuse if truncation is off, as
+    /// TEI does), `pool` (embed overlapping windows and pool them) or `windows`
+    /// (one vector per window, on the routes that can return several).
+    #[arg(long, env = "IVY_LONG_INPUTS", value_enum, default_value_t = LongInputs::Truncate)]
+    pub long_inputs: LongInputs,
+}
+
+/// What the paths without a route name serve (`--task`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Task {
+    /// By the model's outputs, as text-embeddings-inference does.
+    Auto,
+    /// `POST /similarity`, for an embedder deployed for the Hub's
+    /// sentence-similarity task.
+    SentenceSimilarity,
+}
+
+/// Inputs longer than the model's window (`--long-inputs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum LongInputs {
+    /// Cut to the window, or refuse without truncation (TEI's semantics).
+    #[default]
+    Truncate,
+    /// Embed overlapping windows and pool them into one vector.
+    Pool,
+    /// One vector per window.
+    Windows,
 }
 
 /// Load-balancing policies (see `upstream/balancer.rs`).

@@ -4,6 +4,7 @@
 
 mod convert;
 mod health;
+mod quantized;
 mod service;
 
 use std::future::Future;

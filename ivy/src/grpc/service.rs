@@ -116,6 +116,7 @@ fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
         data: out.data().clone(),
         prompt_tokens: out.tokens,
         timing: timing(out, started),
+        embedding_type: pb::EmbeddingType::Float as i32,
     }
 }
 
@@ -139,6 +140,7 @@ async fn embed_job(
         prompt_name: r.prompt_name,
         raw_scores: false,
         priority: priority(r.priority)?,
+        ..Options::default()
     };
     pipeline::run(
         state,
@@ -152,6 +154,21 @@ async fn embed_job(
         deadline,
     )
     .await
+}
+
+/// `Embed` (and each `EmbedStream` message): float vectors, or quantized
+/// as `embedding_type` asks (`quantized.rs`).
+async fn embed_dense(
+    state: &AppState,
+    r: pb::EmbedRequest,
+    deadline: Instant,
+    started: Instant,
+) -> Result<pb::EmbedResponse, ApiError> {
+    let (precision, ranges) = super::quantized::prepare(state, &r).await?;
+    let out = embed_job(state, r, |_| Kind::Dense, deadline).await?;
+    let mut reply = embed_response(&out, started);
+    super::quantized::apply(&mut reply, &out, precision, ranges.as_deref());
+    Ok(reply)
 }
 
 /// Rerank and predict take the same scoring options: truncation, raw
@@ -190,17 +207,17 @@ async fn stream_message(
     let (result, model) = id
         .clone()
         .scope(async {
-            let result = embed_job(&state, r, |_| Kind::Dense, deadline).await;
+            let result = embed_dense(&state, r, deadline, started).await;
             (result, model_label())
         })
         .instrument(span.clone())
         .await;
     let answer = match result {
-        Ok(out) => {
+        Ok(reply) => {
             state
                 .metrics
                 .request("grpc", "embed_stream", model, "OK".into(), None);
-            Answer::Embedding(embed_response(&out, started))
+            Answer::Embedding(reply)
         }
         Err(e) => {
             let (code, message) = failed(&state, "embed_stream", model, &e, &id, &span);
@@ -279,8 +296,7 @@ impl Ivy for IvyService {
     ) -> Result<Response<pb::EmbedResponse>, Status> {
         self.call("embed", request, |state, r, deadline| async move {
             let started = Instant::now();
-            let out = embed_job(&state, r, |_| Kind::Dense, deadline).await?;
-            Ok(embed_response(&out, started))
+            embed_dense(&state, r, deadline, started).await
         })
         .await
     }

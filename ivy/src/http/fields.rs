@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 use crate::error::ApiError;
-use crate::pipeline::{floats, Inputs, Priority};
+use crate::pipeline::{floats, Inputs, LongInputs, Priority};
 use crate::state::Gateway;
 use crate::upstream::pools::Pool;
 
@@ -182,6 +182,40 @@ pub fn dimensions(obj: &Object) -> Result<Option<u32>, ApiError> {
             )),
         },
     }
+}
+
+/// `long_inputs`: "truncate", "pool" or "windows"; absent: `--long-inputs`.
+/// A route that returns one vector per input (`several` false) refuses an
+/// asked "windows" and pools where the server default is "windows".
+pub fn long_inputs(
+    obj: &Object,
+    default: LongInputs,
+    several: bool,
+) -> Result<LongInputs, ApiError> {
+    let asked = match obj.get("long_inputs") {
+        None | Some(Value::Null) => {
+            return Ok(match default {
+                LongInputs::Windows if !several => LongInputs::Pool,
+                d => d,
+            })
+        }
+        Some(Value::String(s)) if s == "truncate" => LongInputs::Truncate,
+        Some(Value::String(s)) if s == "pool" => LongInputs::Pool,
+        Some(Value::String(s)) if s == "windows" => LongInputs::Windows,
+        Some(other) => {
+            return Err(ApiError::schema(
+                "long_inputs",
+                format!("`long_inputs` must be \"truncate\", \"pool\" or \"windows\", got {other}"),
+            ))
+        }
+    };
+    if asked == LongInputs::Windows && !several {
+        return Err(ApiError::schema(
+            "long_inputs",
+            "`long_inputs: \"windows\"` returns several vectors per input, which this route and format cannot; use \"pool\"",
+        ));
+    }
+    Ok(asked)
 }
 
 fn each<T>(

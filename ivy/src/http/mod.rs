@@ -3,7 +3,9 @@
 
 mod body;
 mod cohere;
+mod cohere_embed;
 mod fields;
+mod hf;
 mod openai;
 mod openapi;
 mod ops;
@@ -53,7 +55,15 @@ guarded_routes! {
     "/decode" => post(tei::decode),
     "/info" => get(ops::info),
     "/openapi.json" => get(ops::openapi),
+    "/v2/embed" => post(cohere_embed::embed),
+    "/quantization/ranges" => get(ops::quantization_ranges),
+    "/" => post(hf::post),
+    "/invocations" => post(hf::post),
 }
+
+/// Health checks open without a key on the paths TEI serves them at
+/// (`GET /` is the Inference API's, `GET /ping` SageMaker's; `hf.rs`).
+const HEALTH_PATHS: [&str; 2] = ["/", "/ping"];
 
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
@@ -61,7 +71,9 @@ pub fn router(state: AppState) -> Router {
     let public = Router::new()
         .route(PUBLIC_PATHS[0], get(ops::health))
         .route(PUBLIC_PATHS[1], get(ops::ready))
-        .route(PUBLIC_PATHS[2], get(ops::metrics));
+        .route(PUBLIC_PATHS[2], get(ops::metrics))
+        .route(HEALTH_PATHS[0], get(ops::health))
+        .route(HEALTH_PATHS[1], get(ops::health));
     let cors = cors(&state.config.cors_allow_origin);
     let router = guarded
         .merge(public)

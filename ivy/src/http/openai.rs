@@ -1,7 +1,9 @@
 //! `POST /v1/embeddings`, compatible with OpenAI's embeddings API.
 //!
 //! Beyond OpenAI's fields: `truncate` (default true here), `truncation_direction`
-//! ("right" or "left") and `prompt_name`, as in text-embeddings-inference.
+//! ("right" or "left") and `prompt_name`, as in text-embeddings-inference, and
+//! quantized `encoding_format`s (`int8`, `uint8`, `binary`, `ubinary`: arrays
+//! of integers, as `/v2/embed` makes them).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,9 +16,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::body::{json_object, Body};
-use super::fields::{self, F32s, Object};
+use super::fields::{self, F32s, Object, Rows};
 use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
+use crate::pipeline::quantize::{self, Precision, Quantized};
 use crate::pipeline::{self, Job, Kind, Options, Output};
 use crate::state::AppState;
 
@@ -24,6 +27,8 @@ use crate::state::AppState;
 enum Format {
     Float,
     Base64,
+    /// int8, uint8, binary or ubinary.
+    Quantized(Precision),
 }
 
 pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -32,22 +37,41 @@ pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body:
         let obj = json_object(&state, &headers, body, "input")?;
         let format = format(&obj)?;
         let (pool, model) = fields::pool(&state, &obj)?;
+        let options = Options {
+            truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(true),
+            direction: fields::direction(&obj)?,
+            dimensions: fields::dimensions(&obj)?,
+            prompt_name: fields::opt_string(&obj, "prompt_name")?,
+            priority: fields::priority(&obj)?,
+            // Several vectors per input only as float arrays.
+            long_inputs: fields::long_inputs(
+                &obj,
+                state.config.long_inputs,
+                format == Format::Float,
+            )?,
+            ..Options::default()
+        };
+        let ranges = match format {
+            Format::Quantized(p) => quantize::ranges_for(&state, &pool, &[p], &options).await?,
+            _ => None,
+        };
         let job = Job {
             pool,
             kind: Kind::Dense,
             inputs: fields::inputs(&obj, "input")?,
             field: "input",
-            options: Options {
-                truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(true),
-                direction: fields::direction(&obj)?,
-                dimensions: fields::dimensions(&obj)?,
-                prompt_name: fields::opt_string(&obj, "prompt_name")?,
-                priority: fields::priority(&obj)?,
-                ..Options::default()
-            },
+            options,
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
-        Ok(json_timed(render(&out, format, &model)?, &out, started))
+        let quantized = match format {
+            Format::Quantized(p) => quantize::rows(&out, p, ranges.as_deref()),
+            _ => Vec::new(),
+        };
+        Ok(json_timed(
+            render(&out, format, quantized, &model)?,
+            &out,
+            started,
+        ))
     }
     .await;
     finish(&state, Api::OpenAi, "embeddings", result)
@@ -100,9 +124,12 @@ fn format(obj: &Object) -> Result<Format, ApiError> {
         None | Some(Value::Null) => Ok(Format::Float),
         Some(Value::String(s)) if s == "float" => Ok(Format::Float),
         Some(Value::String(s)) if s == "base64" => Ok(Format::Base64),
+        Some(Value::String(s)) if Precision::parse(s).is_some() => {
+            Ok(Format::Quantized(Precision::parse(s).unwrap_or(Precision::Float)))
+        }
         Some(other) => Err(ApiError::schema(
             "encoding_format",
-            format!("`encoding_format` must be \"float\" or \"base64\", got {other}"),
+            format!("`encoding_format` must be \"float\", \"base64\", \"int8\", \"uint8\", \"binary\" or \"ubinary\", got {other}"),
         )),
     }
 }
@@ -133,17 +160,33 @@ struct Usage {
 enum Vector<'a> {
     Float(F32s<'a>),
     Base64(String),
+    Quantized(Quantized),
+    /// `long_inputs: "windows"`: one vector per window.
+    Windows(Rows<'a>),
 }
 
-fn render(out: &Output, format: Format, model: &str) -> Result<Vec<u8>, ApiError> {
+fn render(
+    out: &Output,
+    format: Format,
+    quantized: Vec<Quantized>,
+    model: &str,
+) -> Result<Vec<u8>, ApiError> {
+    let mut quantized = quantized.into_iter();
     let data = (0..out.sequences)
         .map(|i| Item {
             object: "embedding",
             index: i,
             embedding: match format {
+                Format::Float if !out.row_counts().is_empty() => Vector::Windows(Rows {
+                    data: out.vectors(i),
+                    dim: out.dim,
+                }),
                 Format::Float => Vector::Float(F32s(out.row(i))),
                 Format::Base64 => {
                     Vector::Base64(base64::engine::general_purpose::STANDARD.encode(out.row(i)))
+                }
+                Format::Quantized(_) => {
+                    Vector::Quantized(quantized.next().unwrap_or(Quantized::Unsigned(Vec::new())))
                 }
             },
         })

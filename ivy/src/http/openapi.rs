@@ -124,6 +124,26 @@ pub fn document(config: &Config) -> Value {
             "/openapi.json": { "get": operation("This document", None,
                 json!({ "description": "OpenAPI document", "content": { "application/json": { "schema": { "type": "object" } } } }),
                 tei(&[("401", "Missing or wrong API key")])) },
+            "/v2/embed": { "post": operation("Embeddings in Cohere's v2 shape, float and quantized (int8, uint8, binary, ubinary)", Some("CohereEmbedRequest"),
+                ok("CohereEmbedResponse", "Vectors per requested type, in input order"), errors("CohereError", &OPENAI_ERRORS)) },
+            "/quantization/ranges": { "get": {
+                "summary": "The per-dimension ranges int8/uint8 vectors are cut from (calibrated once per model on first use); `ranges` is sentence-transformers' quantize_embeddings argument",
+                "parameters": [
+                    { "name": "dimensions", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1 } },
+                    { "name": "normalize", "in": "query", "required": false, "schema": { "type": "boolean" } } ],
+                "responses": { "200": ok("QuantizationRanges", "Ranges of that setting"),
+                    "401": { "description": "Missing or wrong API key", "content": { "application/json": { "schema": schema("TeiError") } } },
+                    "422": { "description": "A bad query parameter, or a setting the ranges file lacks", "content": { "application/json": { "schema": schema("TeiError") } } },
+                    "503": { "description": "No replica has answered yet, or the calibration failed", "content": { "application/json": { "schema": schema("TeiError") } } } } } },
+            "/": {
+                "post": operation("The model's own route, as TEI serves `/` (Hugging Face InferenceClient's base URL): /embed for an embedder, /embed_sparse for a sparse-only model, /predict for a classifier, /rerank for a cross-encoder, /similarity with --task sentence-similarity or a {source_sentence, sentences} body",
+                    Some("RootRequest"), ok("RootResponse", "The answer of that route"), tei_embed()),
+                "get": { "summary": "Liveness, as /health (no API key)",
+                    "responses": { "200": { "description": "ok", "content": { "text/plain": { "schema": { "type": "string" } } } } } } },
+            "/invocations": { "post": operation("SageMaker's path: the same as POST /", Some("RootRequest"),
+                ok("RootResponse", "The answer of the model's route"), tei_embed()) },
+            "/ping": { "get": { "summary": "Liveness for SageMaker, as /health (no API key)",
+                "responses": { "200": { "description": "ok", "content": { "text/plain": { "schema": { "type": "string" } } } } } } },
             "/health": { "get": { "summary": "Liveness (never depends on replicas; no API key)",
                 "responses": { "200": { "description": "ok", "content": { "text/plain": { "schema": { "type": "string" } } } } } } },
             "/ready": { "get": { "summary": "Readiness: not draining and at least one healthy replica (no API key)",
@@ -169,7 +189,9 @@ const TEI_REQUESTS: [&str; 8] = [
 fn schemas(config: &Config) -> Value {
     let f = Fragments::new(config);
     let mut all = serde_json::Map::new();
-    for family in [openai, cohere, tei_embed, tei_scores, tei_tokens, ops] {
+    for family in [
+        openai, cohere, cohere_v2, tei_embed, tei_scores, tei_tokens, ops,
+    ] {
         if let Value::Object(schemas) = family(&f) {
             all.extend(schemas);
         }
@@ -193,6 +215,7 @@ struct Fragments {
     auto: bool,
     vector: Value,
     priority: Value,
+    long_inputs: Value,
 }
 
 impl Fragments {
@@ -210,6 +233,8 @@ impl Fragments {
         let vector = json!({ "type": "array", "items": { "type": "number" } });
         let priority = json!({ "type": ["string", "null"], "enum": ["interactive", "batch", null],
             "description": "Queue on the replicas: interactive work runs first, batch work (indexing) is never starved; unset decides by size (--interactive-max-tokens)" });
+        let long_inputs = json!({ "type": ["string", "null"], "enum": ["truncate", "pool", "windows", null],
+            "description": "Inputs longer than the model's window: truncate (as `truncate` says), pool (overlapping windows, their token-weighted mean, then normalization) or windows (one vector per window); unset: --long-inputs" });
         Self {
             ids,
             input,
@@ -218,6 +243,7 @@ impl Fragments {
             auto,
             vector,
             priority,
+            long_inputs,
         }
     }
 }
@@ -237,6 +263,7 @@ fn embed_fields(f: &Fragments, dense: bool) -> Value {
         props["normalize"] = json!({ "type": "boolean", "default": true });
         props["dimensions"] =
             json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
+        props["long_inputs"] = f.long_inputs.clone();
     }
     json!({ "type": "object", "required": ["inputs"], "properties": props })
 }
@@ -254,7 +281,9 @@ fn openai(f: &Fragments) -> Value {
     json!({
         "OpenAiEmbeddingRequest": { "type": "object", "required": ["input"], "properties": {
             "input": input, "model": { "type": "string" },
-            "encoding_format": { "type": "string", "enum": ["float", "base64"], "default": "float" },
+            "encoding_format": { "type": "string", "enum": ["float", "base64", "int8", "uint8", "binary", "ubinary"], "default": "float",
+                "description": "int8/uint8/binary/ubinary (an Ivy extension): arrays of integers, as sentence-transformers' quantize_embeddings makes them" },
+            "long_inputs": f.long_inputs,
             "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
             "priority": priority,
@@ -263,7 +292,8 @@ fn openai(f: &Fragments) -> Value {
             "object": { "type": "string", "enum": ["list"] },
             "data": { "type": "array", "items": { "type": "object", "required": ["object", "index", "embedding"], "properties": {
                 "object": { "type": "string", "enum": ["embedding"] }, "index": { "type": "integer" },
-                "embedding": { "oneOf": [vector, { "type": "string", "description": "base64 of little-endian float32" }] },
+                "embedding": { "oneOf": [vector, { "type": "string", "description": "base64 of little-endian float32" },
+                    { "type": "array", "items": vector, "description": "long_inputs windows: one vector per window" }] },
             }}},
             "model": { "type": "string" },
             "usage": { "type": "object", "required": ["prompt_tokens", "total_tokens"], "properties": {
@@ -303,6 +333,43 @@ fn cohere(f: &Fragments) -> Value {
     })
 }
 
+/// `/v2/embed` in Cohere's v2 shape, its error shape, and the ranges of
+/// quantized vectors.
+fn cohere_v2(f: &Fragments) -> Value {
+    let Fragments { vector, .. } = f;
+    let types =
+        json!({ "type": "string", "enum": ["float", "int8", "uint8", "binary", "ubinary"] });
+    let ints =
+        json!({ "type": "array", "items": { "type": "array", "items": { "type": "integer" } } });
+    json!({
+        "CohereEmbedRequest": { "type": "object", "required": ["texts"], "properties": {
+            "model": { "type": "string" },
+            "texts": { "type": "array", "minItems": 1, "items": { "type": "string" } },
+            "input_type": { "type": "string", "enum": ["search_document", "search_query", "classification", "clustering"],
+                "description": "Picks the prompt of that name, or query / document (passage) for the search types, when the model or templates file has one" },
+            "embedding_types": { "type": "array", "items": types, "default": ["float"] },
+            "output_dimension": { "type": "integer", "minimum": 1, "description": "Matryoshka truncation, before normalization and quantization" },
+            "truncate": { "type": "string", "enum": ["NONE", "START", "END"], "default": "END" },
+            "prompt_name": f.prompt, "long_inputs": f.long_inputs } },
+        "CohereEmbedResponse": { "type": "object", "required": ["id", "embeddings", "texts", "meta"], "properties": {
+            "id": { "type": "string" },
+            "embeddings": { "type": "object", "properties": {
+                "float": { "type": "array", "items": vector }, "int8": ints, "uint8": ints, "binary": ints, "ubinary": ints } },
+            "texts": { "type": "array", "items": { "type": "string" } },
+            "meta": { "type": "object", "properties": {
+                "api_version": { "type": "object", "properties": { "version": { "type": "string" } } },
+                "billed_units": { "type": "object", "properties": { "input_tokens": { "type": "integer" } } } } },
+            "response_type": { "type": "string", "enum": ["embeddings_by_type"] } } },
+        "CohereError": { "type": "object", "required": ["id", "message"], "properties": {
+            "id": { "type": "string" }, "message": { "type": "string" } } },
+        "QuantizationRanges": { "type": "object", "required": ["model", "dimensions", "normalize", "source", "texts", "ranges"], "properties": {
+            "model": { "type": "string" }, "dimensions": { "type": "integer" }, "normalize": { "type": "boolean" },
+            "source": { "type": "string" }, "texts": { "type": "integer" },
+            "ranges": { "type": "array", "minItems": 2, "maxItems": 2, "items": vector,
+                "description": "[minimums, maximums] per dimension" } } },
+    })
+}
+
 /// TEI's embedding routes and its error shape.
 fn tei_embed(f: &Fragments) -> Value {
     let Fragments { vector, .. } = f;
@@ -310,7 +377,13 @@ fn tei_embed(f: &Fragments) -> Value {
         "EmbedRequest": embed_fields(f, true),
         "EmbedSparseRequest": embed_fields(f, false),
         "EmbedAllRequest": embed_fields(f, false),
-        "EmbedResponse": { "type": "array", "items": vector },
+        "EmbedResponse": { "oneOf": [
+            { "type": "array", "items": vector },
+            { "type": "array", "items": { "type": "array", "items": vector }, "description": "long_inputs windows: vectors per input" } ] },
+        "RootRequest": { "oneOf": [schema("EmbedRequest"), schema("EmbedSparseRequest"), schema("PredictRequest"),
+            schema("RerankRequest"), schema("SimilarityRequest")] },
+        "RootResponse": { "oneOf": [schema("EmbedResponse"), schema("EmbedSparseResponse"), schema("PredictResponse"),
+            schema("RerankResponse"), schema("SimilarityResponse")] },
         "EmbedSparseResponse": { "type": "array", "items": { "type": "array", "items": {
             "type": "object", "required": ["index", "value"],
             "properties": { "index": { "type": "integer" }, "value": { "type": "number" } } } } },
@@ -345,7 +418,10 @@ fn tei_scores(f: &Fragments) -> Value {
                     { "type": "string" },
                     { "type": "array", "minItems": 2, "maxItems": 2, "items": { "type": "string" } } ] } } ] },
             "raw_scores": { "type": "boolean", "default": false }, "truncate": truncate(*auto),
-            "truncation_direction": direction, "priority": priority } },
+            "truncation_direction": direction, "priority": priority,
+            "parameters": { "type": "object", "description": "The Hub's text-classification parameters (an Ivy extension); given, the answer is one list per input",
+                "properties": { "top_k": { "type": "integer", "minimum": 1 },
+                    "function_to_apply": { "type": "string", "enum": ["softmax", "sigmoid", "none"] } } } } },
         "PredictResponse": { "oneOf": [
             { "type": "array", "items": schema("Prediction") },
             { "type": "array", "items": { "type": "array", "items": schema("Prediction") } } ] },
@@ -356,7 +432,8 @@ fn tei_scores(f: &Fragments) -> Value {
                 "source_sentence": { "type": "string" },
                 "sentences": { "type": "array", "minItems": 1, "items": { "type": "string" } } } },
             "truncate": truncate(*auto), "truncation_direction": { "type": "string", "enum": ["right", "left", "Right", "Left"] },
-            "prompt_name": { "type": "string" }, "parameters": { "type": "object" }, "priority": priority } },
+            "prompt_name": { "type": "string" }, "parameters": { "type": "object" }, "priority": priority,
+            "long_inputs": f.long_inputs } },
         "SimilarityResponse": { "type": "array", "items": { "type": "number" } },
     })
 }

@@ -1,7 +1,7 @@
 //! Operational routes: liveness, readiness, model info, metrics and the
 //! OpenAPI document.
 
-use axum::extract::{Query, State};
+use axum::extract::{Query, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -132,4 +132,54 @@ pub async fn openapi(State(state): State<AppState>) -> Response {
     let result: Result<Response, ApiError> =
         Ok(Json(openapi::document(&state.config)).into_response());
     finish(&state, Api::Tei, "openapi.json", result)
+}
+
+/// `GET /quantization/ranges?dimensions=N&normalize=true|false`: the
+/// per-dimension ranges int8/uint8 vectors of that setting are cut from
+/// (default: the model's dimension and normalization), calibrating them
+/// first if no request has yet. Pass `ranges` to sentence-transformers'
+/// `quantize_embeddings` to get Ivy's vectors, or save the answer for
+/// `--quantization-ranges`.
+pub async fn quantization_ranges(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let result = async {
+        let (mut dimensions, mut normalize, mut model) = (None, None, None);
+        for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "dimensions" => {
+                    dimensions = Some(v.parse::<u32>().ok().filter(|d| *d >= 1).ok_or_else(|| {
+                        ApiError::validation("dimensions", format!("`dimensions` must be a positive integer, got {v:?}"))
+                    })?)
+                }
+                "model" => model = Some(v.to_string()),
+                "normalize" => {
+                    normalize = Some(v.parse::<bool>().map_err(|_| {
+                        ApiError::validation("normalize", format!("`normalize` must be true or false, got {v:?}"))
+                    })?)
+                }
+                other => {
+                    return Err(ApiError::validation(
+                        "query",
+                        format!("unknown query parameter {other:?}; this route takes model, dimensions and normalize"),
+                    ))
+                }
+            }
+        }
+        let (pool, _) = state.pool(model.as_deref())?;
+        if let (Some(d), Some(m)) = (dimensions, pool.info()) {
+            if d > m.dimension {
+                return Err(ApiError::validation(
+                    "dimensions",
+                    format!("`dimensions` must be between 1 and the model's dimension {}, got {d}", m.dimension),
+                ));
+            }
+        }
+        let ranges = crate::pipeline::quantize::ranges(&state, &pool, dimensions, normalize).await?;
+        Ok(Json(&*ranges).into_response())
+    }
+    .await;
+    finish(&state, Api::Tei, "ranges", result)
 }

@@ -23,12 +23,16 @@ pub enum Api {
     OpenAi,
     /// Everything else: text-embeddings-inference's error shape.
     Tei,
+    /// `/v2/*`: Cohere's error shape `{"id", "message"}`, OpenAI's statuses.
+    Cohere,
 }
 
 impl Api {
     pub fn of_path(path: &str) -> Self {
         if path.starts_with("/v1/") {
             Self::OpenAi
+        } else if path.starts_with("/v2/") {
+            Self::Cohere
         } else {
             Self::Tei
         }
@@ -38,6 +42,7 @@ impl Api {
         match self {
             Self::OpenAi => "openai",
             Self::Tei => "tei",
+            Self::Cohere => "cohere",
         }
     }
 }
@@ -48,8 +53,10 @@ pub fn endpoint_label(path: &str) -> &'static str {
     super::GUARDED
         .iter()
         .chain(&PUBLIC_PATHS)
+        .chain(&super::HEALTH_PATHS)
         .find(|known| **known == path)
         .and_then(|known| known.rsplit('/').next())
+        .map(|last| if last.is_empty() { "root" } else { last })
         .unwrap_or("other")
 }
 
@@ -94,6 +101,13 @@ fn error(api: Api, e: &ApiError) -> Response {
                 "message": message, "type": e.openai_type(), "param": e.param(), "code": e.openai_code(),
             }});
             (status, Json(body)).into_response()
+        }
+        Api::Cohere => {
+            let id = RequestId::current()
+                .map(|r| r.to_string())
+                .unwrap_or_default();
+            let body = json!({ "id": id, "message": message });
+            (e.openai_status(), Json(body)).into_response()
         }
         Api::Tei => {
             let (status, error_type) = e.tei_status();
@@ -157,6 +171,8 @@ mod tests {
         assert_eq!(endpoint_label("/v1/embeddings"), "embeddings");
         assert_eq!(endpoint_label("/embed_sparse"), "embed_sparse");
         assert_eq!(endpoint_label("/nope"), "other");
+        assert_eq!(endpoint_label("/"), "root");
+        assert_eq!(endpoint_label("/invocations"), "invocations");
     }
 
     /// Every route has its own label: a 401 on `/decode` was once counted

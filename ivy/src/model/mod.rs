@@ -2,6 +2,7 @@
 //! answers `Info`), the tokenizer requests are tokenized with, and the
 //! model's own prompts as templates. Every replica must serve the same.
 
+pub mod calibration;
 pub mod templates;
 
 use std::sync::{Arc, RwLock};
@@ -19,6 +20,8 @@ pub struct ServedModel {
     tokenizer_override: bool,
     /// The model's own prompt templates.
     templates: RwLock<Option<Arc<Templates>>>,
+    /// Its quantization ranges, per output setting.
+    pub calibrations: self::calibration::Calibrations,
 }
 
 impl ServedModel {

@@ -11,9 +11,11 @@ mod blocking;
 mod chunk;
 mod dispatch;
 mod encode;
+mod long_input;
 mod output;
 pub mod predict;
 mod prepare;
+pub mod quantize;
 pub mod tokens;
 mod validate;
 
@@ -27,6 +29,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 pub use self::output::{floats, Output};
+pub use crate::config::LongInputs;
 use crate::error::ApiError;
 use crate::metrics::Stage;
 use crate::request::id::RequestId;
@@ -114,6 +117,9 @@ pub struct Options {
     pub raw_scores: bool,
     /// `None`: decided by the request's size.
     pub priority: Option<Priority>,
+    /// Dense: inputs longer than the model's window truncated (the
+    /// default), or embedded in windows (`long_input.rs`).
+    pub long_inputs: LongInputs,
 }
 
 pub struct Job {
@@ -154,7 +160,10 @@ pub async fn guarded<T>(
     result
 }
 
-async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
+async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
+    if job.kind != Kind::Dense {
+        job.options.long_inputs = LongInputs::Truncate;
+    }
     let pool = Arc::clone(&job.pool);
     let model = pool.info().ok_or_else(|| pool.no_replica())?;
     validate::job(&job, &model, &state.config)?;
@@ -163,6 +172,7 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     let templates = state.templates(&pool);
     // Counts as i64: the trace exporter writes unsigned values as strings.
     let span = tracing::debug_span!("tokenize", inputs = job.inputs.len() as i64, tokens = Empty);
+    let job_ids = matches!(job.inputs, Inputs::Ids(_));
     let tokenized = prepare::tokenize(
         state,
         &pool,
@@ -174,6 +184,27 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     )
     .instrument(span.clone())
     .await?;
+    // Long inputs: tokenized whole above, cut into windows here.
+    let windowed = job.kind == Kind::Dense && job.options.long_inputs != LongInputs::Truncate;
+    let (tokenized, windows) = if windowed {
+        let frame = if job_ids {
+            long_input::Frame::default()
+        } else {
+            long_input::Frame::of(state.tokenizer(&pool)?.as_ref())?
+        };
+        let max = prepare::max_input_length(
+            state.config.max_input_length,
+            templates.max_input_length,
+            &model,
+        );
+        let (t, w) = long_input::split(tokenized, max, frame);
+        // `windows` always answers in its own shape; `pool` only changes
+        // anything when an input was split.
+        let keep = job.options.long_inputs == LongInputs::Windows || w.split_any();
+        (t, Some(w).filter(|_| keep))
+    } else {
+        (tokenized, None)
+    };
     let tokenize = started.elapsed();
     let tokens = tokenized.token_ids.len() as i64;
     span.record("tokens", tokens);
@@ -200,7 +231,12 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
         token_ids: Vec::new(),
         lengths: Vec::new(),
         kind: job.kind as i32,
-        normalize: job.options.normalize,
+        // Pooled windows are normalized after the mean.
+        normalize: if windows.is_some() && job.options.long_inputs == LongInputs::Pool {
+            Some(false)
+        } else {
+            job.options.normalize
+        },
         dimensions: job.options.dimensions.unwrap_or(0),
         raw_scores: job.options.raw_scores,
         request_id: RequestId::current()
@@ -214,6 +250,10 @@ async fn stages(state: &AppState, job: Job) -> Result<Output, ApiError> {
     state.metrics.stage(Stage::Dispatch, sent.elapsed());
 
     let mut out = Output::merge(job.kind, &chunks, replies)?;
+    if let Some(w) = &windows {
+        let normalize = job.options.normalize.unwrap_or(model.normalize_default);
+        out = long_input::join(out, w, job.options.long_inputs, normalize);
+    }
     out.timing.tokenize = tokenize;
     state.metrics.stage(Stage::Queue, out.timing.queue);
     state.metrics.stage(Stage::Inference, out.timing.inference);

@@ -99,6 +99,31 @@ impl Output {
         })
     }
 
+    /// The same answer over other rows of the same width: `row_counts` rows
+    /// per sequence (the multi-vector layout), or none for one row each.
+    /// Long inputs' windows are joined back into their inputs this way.
+    pub(super) fn regrouped(self, data: Bytes, row_counts: Vec<u32>) -> Self {
+        let sequences = if row_counts.is_empty() {
+            data.len() / (self.dim * 4).max(1)
+        } else {
+            row_counts.len()
+        };
+        let mut row_starts = Vec::with_capacity(row_counts.len());
+        let mut start = 0usize;
+        for &n in &row_counts {
+            row_starts.push(start);
+            start += n as usize;
+        }
+        Self {
+            sequences,
+            data,
+            row_counts,
+            row_starts,
+            sparse_indices: Vec::new(),
+            ..self
+        }
+    }
+
     /// Dense: sequence `i`'s vector, as little-endian f32 bytes.
     pub fn row(&self, i: usize) -> &[u8] {
         let n = self.dim * 4;

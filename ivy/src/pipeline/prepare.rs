@@ -22,14 +22,20 @@ pub async fn tokenize(
     options: &Options,
     field: &'static str,
 ) -> Result<Tokenized, ApiError> {
+    // Long inputs cut into windows later are tokenized whole.
+    let whole = options.long_inputs != crate::config::LongInputs::Truncate;
     let truncation = Truncation {
         field,
-        max_length: max_input_length(
-            state.config.max_input_length,
-            templates.max_input_length,
-            model,
-        ),
-        enabled: options.truncate,
+        max_length: if whole {
+            usize::MAX
+        } else {
+            max_input_length(
+                state.config.max_input_length,
+                templates.max_input_length,
+                model,
+            )
+        },
+        enabled: options.truncate || whole,
         direction: options.direction,
     };
     match inputs {
@@ -80,7 +86,7 @@ pub async fn tokenize(
 
 /// The longest input: the model's maximum, lowered by the flag and the
 /// templates file when they set a cap.
-fn max_input_length(flag: usize, file: Option<usize>, model: &InfoResponse) -> usize {
+pub(super) fn max_input_length(flag: usize, file: Option<usize>, model: &InfoResponse) -> usize {
     let mut max = model.max_input_length as usize;
     if flag > 0 {
         max = max.min(flag);

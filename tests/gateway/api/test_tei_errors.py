@@ -108,6 +108,7 @@ ROUTES = {
     "/rerank": "post", "/tokenize": "post", "/info": "get", "/health": "get", "/ready": "get",
     "/metrics": "get", "/openapi.json": "get", "/v1/models": "get", "/v1/rerank": "post",
     "/similarity": "post", "/predict": "post", "/decode": "post",
+    "/v2/embed": "post", "/quantization/ranges": "get", "/": "get", "/invocations": "post", "/ping": "get",
 }
 
 

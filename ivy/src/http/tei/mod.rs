@@ -34,6 +34,10 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
         |_| Kind::Dense,
         "embed",
         |out| {
+            if !out.row_counts().is_empty() {
+                // `long_inputs: "windows"`: each input's window vectors.
+                return to_json(&multi_rows(out));
+            }
             to_json(&Rows {
                 data: out.data(),
                 dim: out.dim,
@@ -41,6 +45,16 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
         },
     )
     .await
+}
+
+/// Several vectors per input, as `[[[float]]]`.
+fn multi_rows(out: &Output) -> Vec<Rows<'_>> {
+    (0..out.sequences)
+        .map(|i| Rows {
+            data: out.vectors(i),
+            dim: out.dim,
+        })
+        .collect()
 }
 
 pub async fn embed_sparse(
@@ -73,13 +87,7 @@ pub async fn embed_sparse(
 pub async fn embed_all(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let kind = |pool: &Pool| pipeline::embed_all_kind(pool.info().as_deref());
     embedding(state, headers, body, kind, "embed_all", |out| {
-        let all: Vec<Rows> = (0..out.sequences)
-            .map(|i| Rows {
-                data: out.vectors(i),
-                dim: out.dim,
-            })
-            .collect();
-        to_json(&all)
+        to_json(&multi_rows(out))
     })
     .await
 }
@@ -110,6 +118,7 @@ async fn embedding(
         if kind == Kind::Dense {
             options.normalize = Some(fields::opt_bool(&obj, "normalize")?.unwrap_or(true));
             options.dimensions = fields::dimensions(&obj)?;
+            options.long_inputs = fields::long_inputs(&obj, state.config.long_inputs, true)?;
         }
         let job = Job {
             pool,
@@ -147,6 +156,7 @@ pub async fn similarity(State(state): State<AppState>, headers: HeaderMap, body:
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
         options.normalize = Some(true);
+        options.long_inputs = fields::long_inputs(&obj, state.config.long_inputs, false)?;
         let job = Job {
             pool,
             kind: Kind::Dense,

@@ -26,16 +26,27 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
         let obj = json_object(&state, &headers, body, "inputs")?;
         let (pool, _) = fields::pool(&state, &obj)?;
         let (inputs, batch) = parse_inputs(&obj)?;
+        let hub = hub_parameters(&obj)?;
+        let raw_scores = fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false);
         let options = Options {
-            raw_scores: fields::opt_bool(&obj, "raw_scores")?.unwrap_or(false),
+            // The Hub's `function_to_apply` works on the logits.
+            raw_scores: raw_scores || hub.as_ref().is_some_and(|h| h.function.is_some()),
             ..common_options(&state, &obj)?
         };
-        let (out, labelled) = predict::run(&state, pool, inputs, options, state.deadline()).await?;
+        let (out, mut labelled) =
+            predict::run(&state, pool, inputs, options, state.deadline()).await?;
+        if let Some(hub) = &hub {
+            for one in &mut labelled {
+                hub.apply(one);
+            }
+        }
         let predictions: Vec<Vec<Prediction>> = labelled
             .iter()
             .map(|one| one.iter().map(Prediction::of).collect())
             .collect();
-        let body = if batch {
+        // The Hub's task answers one list per input, a single input too
+        // (`InferenceClient.text_classification` reads the first list).
+        let body = if batch || hub.is_some() {
             to_json(&predictions)?
         } else {
             to_json(&predictions[0])?
@@ -44,6 +55,86 @@ pub async fn predict(State(state): State<AppState>, headers: HeaderMap, body: Bo
     }
     .await;
     finish(&state, Api::Tei, "predict", result)
+}
+
+/// The Hub's text-classification `parameters` (`{"inputs", "parameters":
+/// {"top_k", "function_to_apply"}}`, what `InferenceClient` sends), an
+/// extension TEI's `/predict` does not read: present, the answer takes the
+/// Hub's shape.
+struct HubParameters {
+    top_k: Option<usize>,
+    /// `softmax`, `sigmoid` or `none`, over the logits; unset: `/predict`'s own.
+    function: Option<Function>,
+}
+
+#[derive(Clone, Copy)]
+enum Function {
+    Softmax,
+    Sigmoid,
+    None,
+}
+
+fn hub_parameters(obj: &Object) -> Result<Option<HubParameters>, ApiError> {
+    let field = "parameters";
+    let p = match obj.get(field) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(ApiError::schema(field, "`parameters` must be an object")),
+    };
+    let top_k = match p.get("top_k") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(k) if k >= 1 => Some(k as usize),
+            _ => {
+                return Err(ApiError::schema(
+                    field,
+                    format!("`parameters.top_k` must be a positive integer, got {v}"),
+                ))
+            }
+        },
+    };
+    let function = match p.get("function_to_apply") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(f)) if f == "softmax" => Some(Function::Softmax),
+        Some(Value::String(f)) if f == "sigmoid" => Some(Function::Sigmoid),
+        Some(Value::String(f)) if f == "none" => Some(Function::None),
+        Some(v) => {
+            return Err(ApiError::schema(
+                field,
+                format!("`parameters.function_to_apply` must be \"softmax\", \"sigmoid\" or \"none\", got {v}"),
+            ))
+        }
+    };
+    Ok(Some(HubParameters { top_k, function }))
+}
+
+impl HubParameters {
+    /// One input's predictions (best first, logits when `function` is set)
+    /// as the Hub's parameters ask; the order never changes (each function
+    /// is monotonic).
+    fn apply(&self, one: &mut Vec<predict::Prediction>) {
+        match self.function {
+            Some(Function::Softmax) => {
+                let max = one
+                    .iter()
+                    .map(|p| p.score)
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let sum: f32 = one.iter().map(|p| (p.score - max).exp()).sum();
+                for p in one.iter_mut() {
+                    p.score = (p.score - max).exp() / sum;
+                }
+            }
+            Some(Function::Sigmoid) => {
+                for p in one.iter_mut() {
+                    p.score = 1.0 / (1.0 + (-p.score).exp());
+                }
+            }
+            Some(Function::None) | None => {}
+        }
+        if let Some(k) = self.top_k {
+            one.truncate(k);
+        }
+    }
 }
 
 /// TEI's JSON for one prediction (score first).
