@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: install native ivy wheels run test test-rust test-python bench infinity lint clean gpu-bundle
+.PHONY: install native ivy wheels images images-smoke run test test-rust test-python bench infinity lint clean gpu-bundle
 
 ## install: virtualenv with torch and test tools, the Tulip extension, Ivy
 install: $(VENV)/.deps native ivy
@@ -30,10 +30,21 @@ ivy:
 	$(CARGO) build --profile dist -p ivy
 
 ## wheels: dist/ gets the tulip-rose wheel (Tulip's extension as abi3, ROSE,
-## the CLI) and tulip-rose-ivy (the Ivy binary, packaging/ivy); installing
-## both needs no Rust toolchain (docs/serve.md, "Wheels")
+## the CLI) and tulip-rose-ivy (the Ivy binary, packaging/ivy, stripped);
+## installing both (`tulip-rose[ivy]`) needs no Rust toolchain (docs/serve.md)
 wheels: $(VENV)/.deps
-	$(PIP) wheel --no-deps --no-build-isolation -w dist . packaging/ivy
+	PYTHON=$(PY) packaging/wheels.sh dist
+
+## images: the Ivy image and the Tulip image (VARIANTS, default cpu) with
+## buildah, on local stand-ins for base images that cannot be pulled
+## (deploy/README.md, "Building without Docker"); niced, it is long
+images:
+	nice deploy/images/build.sh
+
+## images-smoke: runs the built images' entrypoints (Ivy in front of Tulip,
+## then `tulip-rose serve` in the Tulip image) and embeds through them
+images-smoke: $(VENV)/.deps
+	PYTHON=$(PY) deploy/images/smoke.sh
 
 ## run: `tulip-rose serve` on the embedded default model (one Tulip replica
 ## per GPU, or one on the CPU, behind Ivy); ARGS="--model ..." adds flags

@@ -6,9 +6,14 @@
 #   docker build -f deploy/ivy.Dockerfile -t tulip-rose/ivy:0.1.0 .
 #
 # Base images are pinned to exact releases; mirror them by digest in your
-# registry for bit-for-bit rebuilds.
+# registry for bit-for-bit rebuilds. They are build arguments, so a machine
+# that cannot pull them builds with local stand-ins (`make images`,
+# deploy/images/).
 
-FROM rust:1.95.0-slim-trixie AS build
+ARG RUST_IMAGE=rust:1.95.0-slim-trixie
+ARG DEBIAN_IMAGE=debian:13.1-slim
+
+FROM ${RUST_IMAGE} AS build
 WORKDIR /src
 # Cargo loads every workspace member's manifest, so all members are copied.
 COPY Cargo.toml Cargo.lock ./
@@ -26,7 +31,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --profile dist -p ivy \
     && install -m 0755 target/dist/ivy /usr/local/bin/ivy
 
-FROM debian:13.1-slim
+FROM ${DEBIAN_IMAGE}
 RUN groupadd --system --gid 10001 ivy \
     && useradd --system --uid 10001 --gid ivy --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin ivy

@@ -158,7 +158,8 @@ def find_ivy(explicit: str | None) -> Path:
     where = ", ".join(str(p) for p in dict.fromkeys(looked))
     raise Usage(f"the Ivy gateway binary was not found (looked in {where} and on PATH). In a clone of "
                 "tulip-rose build it with `make ivy` (cargo build --profile dist -p ivy; needs a Rust "
-                "toolchain), or point IVY_BIN (or --ivy-bin) at an ivy binary")
+                "toolchain); without one, install the tulip-rose-ivy wheel (`make wheels` builds it; "
+                "the `ivy` extra of tulip-rose), or point IVY_BIN (or --ivy-bin) at an ivy binary")
 
 
 def visible_gpus() -> int:

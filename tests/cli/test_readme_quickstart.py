@@ -29,6 +29,27 @@ def test_the_openai_python_example_runs(ivy_minilm):
     assert r.stdout.strip() == "384", r.stdout
 
 
+def test_the_grpc_python_example_runs(ivy_minilm):
+    pytest.importorskip("grpc_tools")
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    [example] = [b for b in blocks if "import grpc\n" in b]
+    code = example.replace("127.0.0.1:8081", ivy_minilm.grpc_target)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(1, 384)", r.stdout
+
+
+def test_the_quick_start_comes_first_and_covers_the_first_hour():
+    """Install, serve by default and by Hub id, then curl, the openai client
+    and grpcio, before any other section (issue 30)."""
+    sections = re.split(r"^## ", README, flags=re.M)
+    assert sections[1].startswith("Quick start\n")
+    quick = sections[1]
+    for step in ["make install", ".venv/bin/tulip-rose serve    #", ".venv/bin/tulip-rose serve --model BAAI/",
+                 "curl -s http://127.0.0.1:8080/v1/embeddings", "from openai import OpenAI", "import grpc\n"]:
+        assert step in quick, step
+
+
 def test_install_steps_are_from_a_clone():
     assert "pip install 'tulip-rose[" not in DOCS
     assert "pip install -e '.[cli]'" in DOCS and "no PyPI package yet" in DOCS

