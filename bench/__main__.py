@@ -34,7 +34,7 @@ COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu", "reliability", "sim"])
+    p.add_argument("command", choices=[*COMMANDS, "tokenizer", *SCRIPTS, "cpu", "reliability", "sim", "autoscale"])
     p.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<date>-<machine>)")
     p.add_argument("--model", default=None, help="model directory (default: the embedded all-MiniLM-L6-v2)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
@@ -45,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
                    help="bulk: documents in the file (default 20000, times --scale)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
-                      help="reliability: the few-minute mode (default); sim: a small run (the benchmark dry run); ray: 2,000 documents")
+                      help="reliability: the few-minute mode (default); sim, autoscale: a small run (the benchmark dry run); "
+                           "ray: 2,000 documents")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="reliability: the full mode (about an hour; the committed figures)")
     p.add_argument("--only", default=None,
@@ -84,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import sim
 
         return sim.run_suite(writer, args)
+    if args.command == "autoscale":  # the Tulip pool's scaling rule over a replayed day
+        from bench import autoscale
+
+        return autoscale.run_suite(writer, args)
     if args.command == "reliability":
         from bench import reliability
 

@@ -73,6 +73,8 @@ pub struct Metrics {
     shared_chunks: Counter,
     config_reloads: Family<ResultLabels, Counter>,
     in_flight: Gauge,
+    /// Requests held for a replica to start (`upstream::cold_start`).
+    pub held: Gauge,
 }
 
 impl Default for Metrics {
@@ -141,8 +143,15 @@ impl Metrics {
             "Requests being processed now",
             in_flight.clone(),
         );
+        let held = Gauge::default();
+        registry.register(
+            "ivy_held_requests",
+            "Requests held while no replica is ready (--cold-start-hold)",
+            held.clone(),
+        );
         Self {
             registry,
+            held,
             requests,
             stages,
             tokens,

@@ -67,8 +67,10 @@ impl Gateway {
         pool.model.tokenizer().ok_or_else(|| pool.no_replica())
     }
 
-    /// Ready for traffic: not draining and at least one healthy replica.
+    /// Ready for traffic: not draining and at least one healthy replica,
+    /// or holding requests until one starts (`--cold-start-hold`).
     pub fn is_ready(&self) -> bool {
-        !self.admission.is_draining() && self.replicas.routable_count() > 0
+        !self.admission.is_draining()
+            && (self.replicas.routable_count() > 0 || !self.config.cold_start_hold.is_zero())
     }
 }

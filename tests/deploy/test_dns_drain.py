@@ -1,7 +1,7 @@
-"""Ivy discovering two real Tulip replicas through DNS, as it does through
-the chart's headless Service, and one replica stopped (SIGTERM) under load
-with no failed client request: the replica leaves DNS and drains, Ivy
-routes around it."""
+"""Ivy discovering real Tulip replicas through DNS, as it does through the
+chart's headless Service, while an autoscaler resizes the pool under load:
+a replica added to the DNS answer starts taking work, and one removed from
+it and stopped (SIGTERM) drains, with no failed client request."""
 
 from __future__ import annotations
 
@@ -142,10 +142,11 @@ def resolver():
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_dns_discovered_replica_under_load_fails_no_request(resolver, minilm_dir, log_dir,
-                                                                        tmp_path):
+def test_scale_up_and_down_of_dns_discovered_replicas_under_load_fails_no_request(resolver, minilm_dir, log_dir,
+                                                                                 tmp_path):
     port = shared_free_port(ADDRESSES)
-    resolver.set(SERVICE, ADDRESSES)
+    # The pool starts at one replica; the second is a pod the autoscaler adds.
+    resolver.set(SERVICE, ADDRESSES[:1])
     # Ivy first, as a Deployment may start before its Tulip pods are ready.
     ivy = DnsIvy(SERVICE, port, minilm_dir, resolver=resolver, workdir=tmp_path, log_dir=log_dir)
     replicas = []
@@ -153,19 +154,23 @@ def test_sigterm_to_a_dns_discovered_replica_under_load_fails_no_request(resolve
         for address in ADDRESSES:
             replicas.append(TulipAt(address, port, model_dir=minilm_dir, log_dir=log_dir, drain_timeout=30))
         ivy.wait_until(lambda: ivy.get("/ready")[0] == 200, 60.0, "ready")
-        # Ivy found both replicas through DNS: it holds a connection to each.
-        wait_for(lambda: {(a, port) for a in ADDRESSES} <= established_peers(ivy.proc.pid),
-                 "Ivy to connect to both replicas", 30)
+        wait_for(lambda: (ADDRESSES[0], port) in established_peers(ivy.proc.pid), "Ivy to connect", 30)
         assert resolver.queries > 0
 
         stopping, staying = replicas
         with Load(ivy, corpus_lines()) as load:
-            wait_for(lambda: load.ok_since(0) >= 20, "load to reach Ivy's replicas", 60)
+            wait_for(lambda: load.ok_since(0) >= 20, "load to reach Ivy's replica", 60)
+            assert replica_chunks(ivy).get(f"{staying.host}:{port}", 0) == 0
+            # Scale-up: the new pod joins the headless Service's answer.
+            resolver.set(SERVICE, ADDRESSES)
+            wait_for(lambda: {(a, port) for a in ADDRESSES} <= established_peers(ivy.proc.pid),
+                     "Ivy to connect to both replicas", 30)
             # Both replicas carry traffic, so the stopped one had work to drain.
             wait_for(lambda: all(replica_chunks(ivy).get(f"{a}:{port}", 0) > 0 for a in ADDRESSES),
                      "both replicas to complete chunks", 60)
-            # What Kubernetes does when the pod is deleted: the endpoint leaves
-            # the headless Service and the container gets SIGTERM.
+            # Scale-down, what Kubernetes does when the pod is deleted: the
+            # endpoint leaves the headless Service and the container gets
+            # SIGTERM (here at once; the chart's preStop sleep only helps).
             resolver.set(SERVICE, [staying.host])
             stopping.signal(signal.SIGTERM)
             code = stopping.proc.wait(timeout=60)

@@ -13,7 +13,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Metric, Registry};
+use std::sync::atomic::AtomicU64;
 
+use crate::backlog;
 use crate::error::TulipError;
 use crate::priority::Class;
 
@@ -125,6 +127,10 @@ pub struct Metrics {
     pub class_queue_seconds: Family<ClassLabel, Histogram>,
     pub class_steps: Family<ClassLabel, Counter>,
     pub class_tokens: Family<ClassLabel, Counter>,
+    pub class_waiting_tokens: Family<ClassLabel, Gauge>,
+    pub class_inflight_tokens: Family<ClassLabel, Gauge>,
+    pub class_backlog_seconds: Family<ClassLabel, Gauge<f64, AtomicU64>>,
+    pub capacity_tokens_per_second: Gauge<f64, AtomicU64>,
 }
 
 /// A metric of any type behind one box, so that `Metrics::new` registers
@@ -181,12 +187,16 @@ impl Metrics {
             class_queue_seconds: Family::new_with_constructor(latency),
             class_steps: Family::default(),
             class_tokens: Family::default(),
+            class_waiting_tokens: Family::default(),
+            class_inflight_tokens: Family::default(),
+            class_backlog_seconds: Family::default(),
+            capacity_tokens_per_second: Gauge::default(),
             registry: Registry::default(),
         };
         // Name, help and metric (its kind and labels come from its type),
         // in exposition order; one row a metric, so rustfmt leaves it be.
         #[rustfmt::skip]
-        let table: [(&str, &str, Box<dyn Metric>); 21] = [
+        let table: [(&str, &str, Box<dyn Metric>); 25] = [
             ("tulip_requests", "Embed requests by gRPC status", Box::new(m.requests.clone())),
             ("tulip_request_duration_seconds", "Embed request time in Tulip", Box::new(m.request_seconds.clone())),
             ("tulip_queue_duration_seconds", "Time from arrival until a request's last sequence was batched", Box::new(m.queue_seconds.clone())),
@@ -208,6 +218,10 @@ impl Metrics {
             ("tulip_class_queue_duration_seconds", "Queue time of answered requests by priority class", Box::new(m.class_queue_seconds.clone())),
             ("tulip_class_steps", "Engine steps carrying sequences of each priority class", Box::new(m.class_steps.clone())),
             ("tulip_class_tokens", "Real tokens processed by priority class", Box::new(m.class_tokens.clone())),
+            ("tulip_class_waiting_tokens", "Tokens queued for a step, by priority class", Box::new(m.class_waiting_tokens.clone())),
+            ("tulip_class_inflight_tokens", "Tokens in launched steps not yet completed, by priority class", Box::new(m.class_inflight_tokens.clone())),
+            ("tulip_capacity_tokens_per_second", "Measured capacity: tokens finished per second of busy engine time (moving average)", Box::new(m.capacity_tokens_per_second.clone())),
+            ("tulip_class_backlog_seconds", "Outstanding tokens (waiting + in flight) / capacity, by priority class: seconds of work held", Box::new(m.class_backlog_seconds.clone())),
         ];
         for (name, help, metric) in table {
             r.register(name, help, Registered(metric));
@@ -218,6 +232,26 @@ impl Metrics {
     pub fn observe_request(&self, code: Code, total: Duration) {
         self.requests.get_or_create(&CodeLabel { code }).inc();
         self.request_seconds.observe(total.as_secs_f64());
+    }
+
+    /// The autoscaling gauges from the pool's state, read at scrape time;
+    /// both classes always have a series, so a sum never lacks one.
+    pub fn set_backlog(&self, b: &backlog::Snapshot) {
+        use crate::priority::Class;
+        for class in [Class::Interactive, Class::Batch] {
+            let i = backlog::index(class);
+            let label = ClassLabel { class };
+            self.class_waiting_tokens
+                .get_or_create(&label)
+                .set(b.waiting[i] as i64);
+            self.class_inflight_tokens
+                .get_or_create(&label)
+                .set(b.inflight[i] as i64);
+            self.class_backlog_seconds
+                .get_or_create(&label)
+                .set(b.seconds(class));
+        }
+        self.capacity_tokens_per_second.set(b.capacity);
     }
 
     /// Prometheus text exposition (OpenMetrics).

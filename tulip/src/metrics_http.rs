@@ -11,10 +11,12 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::metrics::Metrics;
+use crate::queue::Pool;
 
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    pool: Arc<Pool>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let app = Router::new()
@@ -22,6 +24,7 @@ pub async fn serve(
             "/metrics",
             get(move || {
                 let m = Arc::clone(&metrics);
+                m.set_backlog(&pool.backlog());
                 async move {
                     (
                         [(

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use proto::tulip::v1::EmbedResponse;
 use tokio::sync::oneshot;
 
+use crate::backlog::{self, Backlog};
 use crate::engine::{Kind, LazyOutput};
 use crate::error::TulipError;
 use crate::output::Accumulator;
@@ -116,6 +117,8 @@ struct State {
     inflight: usize,
     /// Finished outputs whose Python objects the scheduler must release.
     releases: Vec<LazyOutput>,
+    /// Outstanding tokens and measured capacity, for the autoscaler.
+    backlog: Backlog,
     shutdown: bool,
 }
 
@@ -128,6 +131,7 @@ impl State {
             last_interactive: None,
             inflight: 0,
             releases: Vec::new(),
+            backlog: Backlog::default(),
             shutdown: false,
         }
     }
@@ -214,6 +218,9 @@ impl Pool {
             if class == Class::Batch {
                 s.batch_steps += 1;
             }
+            let tokens = backlog::by_class([(class, request.token_ids.len())]);
+            s.backlog
+                .launched(tokens, false, false, false, Instant::now());
             let releases = std::mem::take(&mut s.releases);
             return Ok(Submitted::Inline(seqs.collect(), releases));
         }
@@ -222,6 +229,7 @@ impl Pool {
             s.batch_waiting_since = Instant::now();
         }
         s.queues[q].extend(seqs);
+        s.backlog.queued(class, request.token_ids.len());
         drop(s);
         self.changed.notify_all();
         Ok(Submitted::Queued)
@@ -249,6 +257,12 @@ impl Pool {
             if s.inflight < self.max_inflight {
                 let batch = self.take_batch(&mut s);
                 if !batch.is_empty() {
+                    let busy = s.inflight > 0;
+                    // Work left waiting: this step is as full as it gets.
+                    let saturated = s.queued() > 0;
+                    let tokens = tokens_by_class(&batch);
+                    s.backlog
+                        .launched(tokens, true, busy, saturated, Instant::now());
                     s.inflight += 1;
                     return Work::Batch(batch, std::mem::take(&mut s.releases));
                 }
@@ -293,7 +307,9 @@ impl Pool {
             let queue = &mut s.queues[q];
             while let Some(front) = queue.front() {
                 if front.request.abandoned() {
+                    let (class, len) = (front.request.class, front.len());
                     queue.pop_front();
+                    s.backlog.dropped(class, len);
                     continue;
                 }
                 if let Some(first) = batch.first() {
@@ -321,6 +337,9 @@ impl Pool {
     pub fn finish_step(&self, seqs: &[SeqRef], output: Option<LazyOutput>) {
         let mut s = self.lock();
         s.inflight -= 1;
+        let busy = s.inflight > 0;
+        s.backlog
+            .finished(tokens_by_class(seqs), busy, Instant::now());
         if carries_batch(seqs) {
             s.batch_steps = s.batch_steps.saturating_sub(1);
             s.batch_waiting_since = Instant::now();
@@ -346,12 +365,21 @@ impl Pool {
         self.lock().queued()
     }
 
+    /// Outstanding tokens by class and the measured capacity (metrics).
+    pub fn backlog(&self) -> backlog::Snapshot {
+        self.lock().backlog.snapshot()
+    }
+
     /// Stops the scheduler; sequences still queued are failed.
     pub fn shutdown(&self) {
         let left: Vec<SeqRef> = {
             let mut s = self.lock();
             s.shutdown = true;
-            s.queues.iter_mut().flat_map(|q| q.drain(..)).collect()
+            let left: Vec<SeqRef> = s.queues.iter_mut().flat_map(|q| q.drain(..)).collect();
+            for seq in &left {
+                s.backlog.dropped(seq.request.class, seq.len());
+            }
+            left
         };
         self.changed.notify_all();
         for seq in left {
@@ -359,6 +387,10 @@ impl Pool {
                 .fail(TulipError::Unavailable("server is shutting down".into()));
         }
     }
+}
+
+fn tokens_by_class(seqs: &[SeqRef]) -> [u64; 2] {
+    backlog::by_class(seqs.iter().map(|s| (s.request.class, s.len())))
 }
 
 fn carries_batch(seqs: &[SeqRef]) -> bool {

@@ -64,7 +64,7 @@ pub fn serve(
         unix_frames: listeners.unix.is_some(),
     });
     let addr = listeners.addr;
-    let running = start_servers(&runtime, &config, listeners, service, &metrics);
+    let running = start_servers(&runtime, &config, listeners, service, &metrics, &pool);
     log_ready(&model, &addr, config.unix_socket.as_deref());
 
     let outcome = wait_for_signal(py, &running.grpc);
@@ -110,6 +110,7 @@ fn start_servers(
     listeners: Listeners,
     service: Arc<TulipService>,
     metrics: &Arc<Metrics>,
+    pool: &Arc<Pool>,
 ) -> Running {
     let (health, health_service) = tonic_health::server::health_reporter();
     let (stop, stop_rx) = watch::channel(false);
@@ -119,6 +120,7 @@ fn start_servers(
         runtime.spawn(metrics_http::serve(
             listener,
             Arc::clone(metrics),
+            Arc::clone(pool),
             stopped(metrics_stop_rx),
         ))
     });

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use self::seconds::parse_seconds;
+use self::seconds::{parse_seconds, parse_seconds_or_zero};
 
 /// Ivy: the HTTP and gRPC gateway in front of Tulip inference replicas.
 #[derive(Debug, Clone, Parser)]
@@ -169,6 +169,14 @@ pub struct Config {
     /// How chunks are spread over replicas.
     #[arg(long, env = "IVY_BALANCE", value_enum, default_value_t = Balance::LeastLoaded)]
     pub balance: Balance,
+
+    /// Seconds a request waits for a replica when none is ready (a pool
+    /// scaled to zero starting its first pod) before a 503 with
+    /// Retry-After; 0 answers 503 at once. While set, /ready does not
+    /// need a replica, so the gateway keeps taking the requests that wake
+    /// the pool (`ivy_held_requests` counts them).
+    #[arg(long, env = "IVY_COLD_START_HOLD", default_value = "0", value_parser = parse_seconds_or_zero)]
+    pub cold_start_hold: Duration,
 
     /// Seconds to finish in-flight requests after SIGTERM before exiting.
     #[arg(long, env = "IVY_DRAIN_TIMEOUT", default_value = "30", value_parser = parse_seconds)]

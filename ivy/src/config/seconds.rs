@@ -12,3 +12,11 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
     }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// As `parse_seconds`, where 0 means off.
+pub fn parse_seconds_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim().parse::<f64>() == Ok(0.0) {
+        return Ok(Duration::ZERO);
+    }
+    parse_seconds(s)
+}

@@ -67,7 +67,11 @@ const HEALTH_PATHS: [&str; 2] = ["/", "/ping"];
 
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
-    let guarded = guarded().route_layer(from_fn_with_state(state.clone(), require_key));
+    // The hold runs after the key check and before the handler resolves
+    // the request's model pool (none exists while no replica ever answered).
+    let guarded = guarded()
+        .route_layer(from_fn_with_state(state.clone(), hold_for_replica))
+        .route_layer(from_fn_with_state(state.clone(), require_key));
     let public = Router::new()
         .route(PUBLIC_PATHS[0], get(ops::health))
         .route(PUBLIC_PATHS[1], get(ops::ready))
@@ -169,6 +173,24 @@ async fn request_id(request: Request, next: Next) -> Response {
 }
 
 /// The API key on every route but the public ones.
+/// Scale from zero: holds the request while no replica is ready
+/// (`--cold-start-hold`, `upstream/cold_start.rs`); past the hold, the 503
+/// in the route family's shape.
+async fn hold_for_replica(
+    State(state): State<AppState>,
+    matched: MatchedPath,
+    request: Request,
+    next: Next,
+) -> Response {
+    match crate::pipeline::wait_for_replica(&state).await {
+        Ok(_) => next.run(request).await,
+        Err(e) => {
+            let path = matched.as_str();
+            respond::finish(&state, Api::of_path(path), endpoint_label(path), Err(e))
+        }
+    }
+}
+
 async fn require_key(
     State(state): State<AppState>,
     matched: MatchedPath,

@@ -92,7 +92,22 @@ pub fn finish(
     }
 }
 
+/// Seconds a client is told to wait before retrying a 503 (no replica,
+/// draining): a replica starting or a pod replacing this one.
+const RETRY_AFTER_SECONDS: &str = "5";
+
 fn error(api: Api, e: &ApiError) -> Response {
+    let mut response = render_error(api, e);
+    if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from_static(RETRY_AFTER_SECONDS),
+        );
+    }
+    response
+}
+
+fn render_error(api: Api, e: &ApiError) -> Response {
     let message = e.client_message(RequestId::current());
     match api {
         Api::OpenAi => {

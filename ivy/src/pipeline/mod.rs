@@ -148,6 +148,8 @@ pub async fn guarded<T>(
     work: impl Future<Output = Result<T, ApiError>>,
 ) -> Result<T, ApiError> {
     let _permit = state.admission.admit()?;
+    // Time held for a replica to start is not the request's own.
+    let deadline = deadline + wait_for_replica(state).await?;
     let start = Instant::now();
     let result = match tokio::time::timeout_at(deadline.into(), work).await {
         Ok(r) => r,
@@ -158,6 +160,19 @@ pub async fn guarded<T>(
     };
     state.metrics.stage(Stage::Total, start.elapsed());
     result
+}
+
+/// Holds a request while no replica is ready (`--cold-start-hold`); how
+/// long it waited. A routable replica has answered its health check and
+/// said which model it serves.
+pub async fn wait_for_replica(state: &AppState) -> Result<std::time::Duration, ApiError> {
+    crate::upstream::cold_start::hold(
+        state.config.cold_start_hold,
+        &state.metrics.held,
+        || state.replicas.routable_count() > 0,
+        || crate::upstream::no_replica(&state.replicas),
+    )
+    .await
 }
 
 async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {

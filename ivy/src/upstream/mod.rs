@@ -6,6 +6,7 @@
 pub mod balancer;
 pub mod batch_slots;
 pub mod coalesce;
+pub mod cold_start;
 pub mod discovery;
 mod frame_client;
 pub mod health;

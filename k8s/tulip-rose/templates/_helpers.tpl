@@ -269,6 +269,12 @@ Tulip instead of resolving the headless Service. */}}
     - name: IVY_REQUEST_TIMEOUT
       value: {{ . | quote }}
     {{- end }}
+    {{- $a := $ctx.Values.tulip.autoscaling }}
+    {{- if and $a.keda.enabled (eq (int $a.minReplicas) 0) }}
+    # The pool may be at zero: hold requests while its first pod starts.
+    - name: IVY_COLD_START_HOLD
+      value: {{ $a.coldStartHoldSeconds | quote }}
+    {{- end }}
     {{- range $key, $var := dict "headerTimeoutSeconds" "IVY_HEADER_TIMEOUT" "bodyTimeoutSeconds" "IVY_BODY_TIMEOUT" "idleTimeoutSeconds" "IVY_IDLE_TIMEOUT" "writeTimeoutSeconds" "IVY_WRITE_TIMEOUT" "maxConnections" "IVY_MAX_CONNECTIONS" }}
     {{- with index $i.connections $key }}
     - name: {{ $var }}
@@ -388,6 +394,19 @@ Tulip instead of resolving the headless Service. */}}
 {{- fail (printf "tulip.colocatedIvy: ivy.preStopSleepSeconds (%v) must be less than tulip.preStopSleepSeconds (%v): the sidecar has to stop taking requests while its Tulip still takes work" $i.preStopSleepSeconds $t.preStopSleepSeconds) }}
 {{- end }}
 {{- end }}
+{{- $a := .Values.tulip.autoscaling }}
+{{- if and $a.keda.enabled $a.hpa.enabled }}
+{{- fail "tulip.autoscaling: enable keda or hpa, not both: two autoscalers on one Deployment fight over its replica count" }}
+{{- end }}
+{{- if and $a.hpa.enabled (eq (int $a.minReplicas) 0) }}
+{{- fail "tulip.autoscaling.minReplicas 0 (scale from zero) needs keda: a plain HPA keeps at least one replica" }}
+{{- end }}
+{{- if and (or $a.keda.enabled $a.hpa.enabled) .Values.pools }}
+{{- fail "tulip.autoscaling sizes one Tulip pool; with several model pools (pools) scale them with tulip.replicas for now" }}
+{{- end }}
+{{- if lt (int $a.maxReplicas) (int $a.minReplicas) }}
+{{- fail (printf "tulip.autoscaling.maxReplicas (%v) must be at least minReplicas (%v)" $a.maxReplicas $a.minReplicas) }}
+{{- end }}
 {{- if and .Values.pools .Values.tulip.colocatedIvy.enabled }}
 {{- fail "pools: several model pools need the Ivy Deployment; tulip.colocatedIvy serves one Tulip each" }}
 {{- end }}
@@ -401,4 +420,45 @@ Tulip instead of resolving the headless Service. */}}
 {{- if and .Values.ivy.apiKey.existingSecret .Values.ivy.apiKey.value }}
 {{- fail "ivy.apiKey: set either existingSecret or value, not both" }}
 {{- end }}
+{{- end }}
+
+{{/* Label matchers pinning a query to this release's namespace (plus
+tulip.autoscaling.prometheus.extraMatchers). */}}
+{{- define "tulip-rose.metricSelector" -}}
+{{- $m := list (printf "namespace=%q" .Release.Namespace) }}
+{{- with .Values.tulip.autoscaling.prometheus.extraMatchers }}
+{{- $m = append $m . }}
+{{- end }}
+{{- join "," $m }}
+{{- end }}
+
+{{/* The summed backlog of one class, in seconds: (dict "ctx" $ "class" "batch").
+A draining pod's backlog is its own to finish, so it is left out; a pod that
+is gone has no series (Prometheus marks a vanished target's series stale
+at once, and no range function keeps its last value); no pod at all reads
+0, not "no data", which would hold the autoscaler where it is. */}}
+{{- define "tulip-rose.backlogQuery" -}}
+{{- $sel := include "tulip-rose.metricSelector" .ctx }}
+{{- printf "sum(tulip_class_backlog_seconds{%s,class=%q} unless on(instance) (tulip_draining{%s} == 1)) or vector(0)" $sel .class $sel }}
+{{- end }}
+
+{{/* The HPA behaviour both variants use (tulip.autoscaling). */}}
+{{- define "tulip-rose.scalingBehavior" -}}
+scaleUp:
+  stabilizationWindowSeconds: {{ .scaleUp.stabilizationWindowSeconds }}
+  selectPolicy: Max
+  policies:
+    - type: Pods
+      value: {{ .scaleUp.pods }}
+      periodSeconds: {{ .scaleUp.periodSeconds }}
+    - type: Percent
+      value: 100
+      periodSeconds: {{ .scaleUp.periodSeconds }}
+scaleDown:
+  stabilizationWindowSeconds: {{ .scaleDown.stabilizationWindowSeconds }}
+  selectPolicy: Min
+  policies:
+    - type: Pods
+      value: {{ .scaleDown.pods }}
+      periodSeconds: {{ .scaleDown.periodSeconds }}
 {{- end }}

@@ -141,6 +141,10 @@ def test_no_replica_means_not_ready_then_a_new_replica_is_admitted(minilm_dir, l
         assert status == 503 and "no healthy Tulip replica" in body["error"]["message"]
         status, body = ivy.post_json("/embed", {"inputs": "x"})
         assert status == 503 and body["error_type"] == "Unhealthy"
+        # A client is told when to come back (a replica may be starting).
+        status, headers, _ = ivy.request("POST", "/v1/embeddings", json.dumps(BODY).encode(),
+                                         {"content-type": "application/json"})
+        assert status == 503 and {k.lower(): v for k, v in headers.items()}["retry-after"] == "5"
         tulip = Tulip(minilm_dir, port=port, log_dir=log_dir)
         wait_for(lambda: ivy.get("/ready")[0] == 200, "readiness")
         # gRPC health agrees with /ready at once.
