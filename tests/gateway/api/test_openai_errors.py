@@ -56,7 +56,7 @@ def test_wrong_content_type(ivy_minilm, ctype):
         ({"input": {"text": "x"}}, ["`input` must be a string"]),
         ({"input": True}, ["`input` must be a string"]),
         ([1, 2, 3], ["JSON object"]),
-        ({"input": "x", "encoding_format": "int8"}, ["encoding_format"]),
+        ({"input": "x", "encoding_format": "int4"}, ["encoding_format"]),
         ({"input": "x", "dimensions": 385}, ["between 1 and the model's dimension 384"]),
         ({"input": "x", "dimensions": 0}, ["positive integer"]),
         ({"input": "x", "dimensions": -3}, ["positive integer"]),
