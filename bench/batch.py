@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
-from bench import inputs, metrics
+from bench import inputs, metrics, plots
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
 from bench.harness import ratio, scaled
@@ -110,3 +111,9 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
 
 def options(scale: float) -> dict:
     return {"requests": scaled(1, scale), "rounds": scaled(1, scale)}
+
+
+def plot(data: dict, path: Path) -> Path:
+    p = data["params"]
+    return plots.throughput_bars({f"{p['clients']} clients x {p['batch']} documents": data["best"]}, path,
+                                 "Batch embedding: embeddings / s (best block)")

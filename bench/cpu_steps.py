@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench import inputs
+from bench import inputs, plots
 from bench.harness import Stats, ratio, scaled
 from bench.results import table
 from bench.stack import Stack
@@ -111,3 +111,9 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
 
 def options(scale: float) -> dict:
     return {"rounds": scaled(200, scale, 20), "warmup": scaled(20, scale, 5)}
+
+
+def plot(data: dict, path: Path) -> Path:
+    groups = {r["step"]: {"eager": r["eager"]["p50"], "fast path": r["fast"]["p50"]} for r in data["steps"]}
+    return plots.throughput_bars(groups, path, "CPU step time per bucket: eager vs fast path (p50)",
+                                 ylabel="p50 step time, ms")

@@ -1,5 +1,5 @@
 """PNG plots of the results: latency vs length, latency vs concurrency,
-throughput bars. Each takes a benchmark's result data and writes one file."""
+bars per side (throughput or latency). Each takes a benchmark's result data and writes one file."""
 
 from __future__ import annotations
 
@@ -50,8 +50,10 @@ def _latency_figure(plt, fig, ax, path: Path, xlabel: str, title: str) -> Path:
     return path
 
 
-def throughput_bars(groups: dict[str, dict[str, float]], path: Path, title: str) -> Path:
-    """``groups``: {group label: {side: embeddings/s}}; one colour per side."""
+def throughput_bars(groups: dict[str, dict[str, float]], path: Path, title: str,
+                    ylabel: str = "embeddings / s") -> Path:
+    """``groups``: {group label: {side: value}} (embeddings/s unless
+    ``ylabel`` says otherwise); one colour per side."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     colours: dict[str, str] = {}
@@ -68,7 +70,7 @@ def throughput_bars(groups: dict[str, dict[str, float]], path: Path, title: str)
                 transform=ax.get_xaxis_transform())
         x += 0.8
     ax.set_xticks([])
-    ax.set_ylabel("embeddings / s")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)

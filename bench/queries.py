@@ -8,8 +8,9 @@ same threads) and Infinity serving the same model directory."""
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
-from bench import inputs, metrics
+from bench import inputs, metrics, plots
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import Stats, interleave, ratio, scaled, stream_stats
 from bench.httpclient import HttpClient
@@ -139,3 +140,9 @@ def _replays(parsed) -> float:
 
 def options(scale: float) -> dict:
     return {"rounds": scaled(300, scale, 20), "warmup": scaled(30, scale, 5)}
+
+
+def plot(data: dict, path: Path) -> Path:
+    groups = {"interleaved": {k: v["p50"] for k, v in data["stats"].items()},
+              "streamed": {k: v["p50"] for k, v in data["streamed_stats"].items()}}
+    return plots.throughput_bars(groups, path, "Queries, batch 1: p50 latency per side", ylabel="p50 latency, ms")

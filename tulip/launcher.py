@@ -148,6 +148,8 @@ def parser() -> argparse.ArgumentParser:
                 "(docs/latency.md); needs tulip-rose[cpu-fast], else eager; false = always eager")
     p.flag("--cpu-fast-path-max-tokens", type=int, default=256,
            help="largest step (tokens) the CPU fast path takes; larger steps run on the ragged eager path")
+    p.flag("--cpu-fast-path-threads", type=int, default=0,
+           help="ONNX Runtime intra-op threads of the CPU fast path; 0 = the torch thread budget")
     p.flag("--cpu-fast-path-warm", type=parse_bool, default=False,
            help="build the CPU fast path and gate every bucket at start-up, before serving, instead of "
                 "in the background on first use")
@@ -258,7 +260,8 @@ def _load_engine(args, model: str, log):
                                      model_id=model_id, graphs=args.graphs, graph_settings=settings,
                                      packed_linear=args.cpu_packed_linear, cpu_fast_path=args.cpu_fast_path,
                                      cpu_fast_path_settings=FastPathSettings(
-                                         max_tokens=args.cpu_fast_path_max_tokens))
+                                         max_tokens=args.cpu_fast_path_max_tokens,
+                                         threads=args.cpu_fast_path_threads))
         if engine.runner.threads is not None:
             engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:

@@ -131,6 +131,24 @@ def tiny_xlmr(dir, seed: int = 0, pooling: str = "cls", m3_heads: bool = True) -
     return out
 
 
+def multilingual_minilm(dir, seed: int = 0) -> Path:
+    """A random-weight XLM-RoBERTa embedder at full size in
+    paraphrase-multilingual-MiniLM-L12-v2's shape (12 layers, hidden 384,
+    12 heads, FFN 1536, the 250k XLM-R vocabulary; mean pooling, 128
+    tokens, not normalised): the XLM-R family's CPU benchmark model."""
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    out = _dir(dir)
+    torch.manual_seed(seed)
+    cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=384, num_hidden_layers=12, num_attention_heads=12,
+                           intermediate_size=1536, max_position_embeddings=514, type_vocab_size=1,
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    _save(XLMRobertaModel(cfg, add_pooling_layer=False), out, seed)
+    _tokenizer(out, "xlm-roberta", model_max_length=512)
+    _sentence_transformers(out, "mean", normalize=False, max_seq_length=128)
+    return out
+
+
 def tiny_reranker(dir, seed: int = 0, arch: str = "xlm-roberta", labels: tuple[str, ...] = ()) -> Path:
     """A 2-layer cross-encoder with one label: ``arch`` "xlm-roberta"
     (bge-reranker-v2-m3 style, XLM-R tokenizer, 512 tokens) or "bert"
