@@ -201,3 +201,26 @@ def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
     finally:
         on.stop()
         off.stop()
+
+
+def test_warm_splits_buckets_longer_than_the_model_input(tmp_path):
+    """Warming at start-up fills a bucket larger than the model's longest
+    input (multilingual MiniLM: 128 tokens, bucket 256) with several
+    sequences instead of refusing to load; the warmed bucket then serves a
+    real two-sequence step as the eager path does."""
+    import json
+
+    from tests.support.models import tiny_bert
+
+    d = tiny_bert(tmp_path / "short")
+    cfg = json.loads((d / "sentence_bert_config.json").read_text())
+    (d / "sentence_bert_config.json").write_text(json.dumps({**cfg, "max_seq_length": 32}))
+    e = Engine.from_dir(d, device="cpu", dtype="float32", cpu_fast_path=True,
+                        cpu_fast_path_settings=FastPathSettings(max_tokens=64))
+    assert e.info.max_input_length == 32
+    assert e.warm_cpu_fast_path() == {16: "ready", 32: "ready", 64: "ready"}
+    seqs = [list(range(101, 131)), list(range(201, 229))]
+    mode, got = _step(e, seqs)
+    assert mode == "replay"
+    eager = Engine.from_dir(d, device="cpu", dtype="float32")
+    assert_close_vectors(got, _step(eager, seqs)[1])
