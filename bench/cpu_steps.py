@@ -2,8 +2,11 @@
 (as Tulip runs it: packed linear layers, one thread below 32 tokens)
 against the CPU fast path (ONNX Runtime on ROSE's own export,
 ``rose/cpufast.py``), interleaved step by step on real text of each
-bucket's size, batch 1, plus one step of 4 queries. Also the fast path's
-build time, its gate per bucket and the resident memory it added."""
+bucket's size, batch 1, plus one step of 4 queries; beside them, when
+the ``onnxruntime`` side loads, ONNX Runtime on the ``transformers`` export
+as fastembed runs it (``bench/baselines/inprocess.py``: the same session
+options, ids padded to the longest, the session's run only). Also the fast
+path's build time, its gate per bucket and the resident memory it added."""
 
 from __future__ import annotations
 
@@ -28,6 +31,22 @@ def _rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def _ort_runner(session, seqs: list[list[int]], pad_id: int):
+    import numpy as np
+
+    longest = max(len(s) for s in seqs)
+    ids = np.full((len(seqs), longest), pad_id, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)], mask[i, :len(s)] = s, 1
+    feed = {"input_ids": ids, "attention_mask": mask}
+
+    def once():
+        session.run(None, feed)
+        return "onnxruntime"
+    return once
 
 
 def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
@@ -63,6 +82,11 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
 
     sides = {(name, side): runner(engine, seqs) for name, seqs in steps.items()
              for side, engine in (("eager", eager), ("fast path", fast))}
+    notes: list[str] = []
+    ort = stack.onnxruntime_or_note(notes)
+    if ort is not None:
+        pad = (ort.tokenizer.padding or {}).get("pad_id", 0)
+        sides.update({(name, "onnxruntime"): _ort_runner(ort.session, seqs, pad) for name, seqs in steps.items()})
     modes = {k: fn() for k, fn in sides.items()}
     for _ in range(warmup):
         for fn in sides.values():
@@ -83,14 +107,19 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
         tokens = sum(len(s) for s in seqs)
         bucket = fast.runner.fast.settings.bucket(tokens)
         r = ratio(e.p50, f.p50)
-        rows.append([name, tokens, bucket or "–", modes[(name, "fast path")], e.p50, f.p50, r, e.p90, f.p90])
+        o = stats.get((name, "onnxruntime"))
+        rows.append([name, tokens, bucket or "–", modes[(name, "fast path")], e.p50, f.p50, r, e.p90, f.p90]
+                    + ([o.p50, ratio(f.p50, o.p50)] if o else []))
         data_rows.append({"step": name, "tokens": tokens, "bucket": bucket, "fast_mode": modes[(name, "fast path")],
-                          "eager": e.to_dict(), "fast": f.to_dict(), "speedup_p50": r})
+                          "eager": e.to_dict(), "fast": f.to_dict(), "speedup_p50": r,
+                          **({"onnxruntime": o.to_dict(), "fast_over_onnxruntime_p50": ratio(f.p50, o.p50)}
+                             if o else {})})
     gates = {str(b): round(c, 6) for b, c in fast.runner.fast.gates.items()}
     data = {"params": {"rounds": rounds, "warmup": warmup, "threads": stack.threads, "model_dir": stack.model_dir,
                        "dtype": "float32", "order": "shuffled every round"},
             "steps": data_rows, "bucket_states": {str(b): s for b, s in states.items()}, "gates_min_cosine": gates,
             "build_and_warm_seconds": round(warm_s, 1),
+            "notes": notes,
             "rss_mb": {"before_fast_engine": round(rss_before, 1), "after_warm": round(rss_after, 1),
                        "added": round(rss_after - rss_before, 1)}}
     md = "\n".join([
@@ -98,14 +127,19 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
         "Eager: ROSE's ragged step as Tulip runs it; fast path: the same engine API with the CPU fast path "
         "built and gated for every bucket first (`Engine.warm_cpu_fast_path`).\n",
         table(["step", "tokens", "bucket", "fast path ran as", "eager p50 ms", "fast p50 ms", "eager / fast",
-               "eager p90 ms", "fast p90 ms"], rows),
+               "eager p90 ms", "fast p90 ms"] + (["onnxruntime p50 ms", "fast / onnxruntime"] if ort else []),
+              rows),
+        "\nonnxruntime: the `transformers` export on ONNX Runtime as the `onnxruntime` side of `queries` and "
+        "`batch` runs it (fastembed's runtime), interleaved with the other two; its step only (no tokenizer, "
+        "no pooling), on the same ids (padded to the longest for the 4 queries).\n" if ort else "",
         f"\nBuild (export + session) and gating of every bucket: {warm_s:.1f} s. Fidelity gate per bucket (min "
         f"cosine against the eager step): {', '.join(f'{b}: {c}' for b, c in gates.items())}.",
         f"\nResident memory of the process: {rss_before:.0f} MB before the second (fast-path) engine loaded, "
         f"{rss_after:.0f} MB once its fast path was built (+{rss_after - rss_before:.0f} MB: that engine's model "
         "and its ONNX Runtime session).",
         f"\nMean speed-up over the batch-1 rows: "
-        f"{statistics.mean(r['speedup_p50'] for r in data_rows[:len(TOKENS)] if r['speedup_p50']):.2f}×."])
+        f"{statistics.mean(r['speedup_p50'] for r in data_rows[:len(TOKENS)] if r['speedup_p50']):.2f}×.",
+        *(f"\nNote: {n}" for n in notes)])
     return data, md
 
 
@@ -114,6 +148,8 @@ def options(scale: float) -> dict:
 
 
 def plot(data: dict, path: Path) -> Path:
-    groups = {r["step"]: {"eager": r["eager"]["p50"], "fast path": r["fast"]["p50"]} for r in data["steps"]}
+    groups = {r["step"]: {"eager": r["eager"]["p50"], "fast path": r["fast"]["p50"],
+                          **({"onnxruntime": r["onnxruntime"]["p50"]} if "onnxruntime" in r else {})}
+              for r in data["steps"]}
     return plots.throughput_bars(groups, path, "CPU step time per bucket: eager vs fast path (p50)",
                                  ylabel="p50 step time, ms")
