@@ -150,6 +150,10 @@ def parser() -> argparse.ArgumentParser:
            help="largest step (tokens) the CPU fast path takes; larger steps run on the ragged eager path")
     p.flag("--cpu-fast-path-threads", type=int, default=0,
            help="ONNX Runtime intra-op threads of the CPU fast path; 0 = the torch thread budget")
+    p.flag("--cpu-fast-path-spin", type=parse_bool, default=False,
+           help="the CPU fast path's ONNX Runtime threads spin between a step's operators and stop when "
+                "the step returns (one wake-up per step instead of one per operator, but they hold the cores "
+                "meanwhile); false = they sleep whenever they wait")
     p.flag("--cpu-fast-path-warm", type=parse_bool, default=False,
            help="build the CPU fast path and gate every bucket at start-up, before serving, instead of "
                 "in the background on first use")
@@ -261,7 +265,8 @@ def _load_engine(args, model: str, log):
                                      packed_linear=args.cpu_packed_linear, cpu_fast_path=args.cpu_fast_path,
                                      cpu_fast_path_settings=FastPathSettings(
                                          max_tokens=args.cpu_fast_path_max_tokens,
-                                         threads=args.cpu_fast_path_threads))
+                                         threads=args.cpu_fast_path_threads,
+                                         spin=args.cpu_fast_path_spin))
         if engine.runner.threads is not None:
             engine.runner.threads.small_step_tokens = args.small_step_tokens
         if args.capture:
