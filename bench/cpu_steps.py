@@ -33,15 +33,11 @@ def _rss_mb() -> float:
     return 0.0
 
 
-def _ort_runner(session, seqs: list[list[int]], pad_id: int):
-    import numpy as np
+def _ort_runner(session, seqs: list[list[int]]):
+    from bench.baselines.inprocess import padded
 
-    longest = max(len(s) for s in seqs)
-    ids = np.full((len(seqs), longest), pad_id, dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)], mask[i, :len(s)] = s, 1
-    feed = {"input_ids": ids, "attention_mask": mask}
+    ids, mask = padded(seqs)
+    feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
 
     def once():
         session.run(None, feed)
@@ -85,8 +81,7 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
     notes: list[str] = []
     ort = stack.onnxruntime_or_note(notes)
     if ort is not None:
-        pad = (ort.tokenizer.padding or {}).get("pad_id", 0)
-        sides.update({(name, "onnxruntime"): _ort_runner(ort.session, seqs, pad) for name, seqs in steps.items()})
+        sides.update({(name, "onnxruntime"): _ort_runner(ort.session, seqs) for name, seqs in steps.items()})
     modes = {k: fn() for k, fn in sides.items()}
     for _ in range(warmup):
         for fn in sides.values():

@@ -36,6 +36,18 @@ def _pooling(model_dir: str) -> str:
     return "cls"
 
 
+def padded(sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids padded to the longest (with 0: the mask hides it) and the
+    attention mask, as ``transformers`` and its ONNX export take them."""
+    n, longest = len(sequences), max(len(s) for s in sequences)
+    ids = torch.zeros(n, longest, dtype=torch.long)
+    mask = torch.zeros(n, longest, dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
 class BareForward:
     """``AutoModel`` forward plus the model's pooling and L2 normalisation,
     on token ids prepared (padded, with a mask) before timing starts."""
@@ -48,12 +60,7 @@ class BareForward:
         self.device = device
 
     def prepare(self, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        n, longest = len(sequences), max(len(s) for s in sequences)
-        ids = torch.zeros(n, longest, dtype=torch.long)
-        mask = torch.zeros(n, longest, dtype=torch.long)
-        for i, s in enumerate(sequences):
-            ids[i, : len(s)] = torch.tensor(s)
-            mask[i, : len(s)] = 1
+        ids, mask = padded(sequences)
         return ids.to(self.device), mask.to(self.device)
 
     @torch.inference_mode()

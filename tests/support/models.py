@@ -106,19 +106,27 @@ def tiny_bert(dir, seed: int = 0, pooling: str = "mean") -> Path:
     return out
 
 
+def _xlmr_config(**shape):
+    """An ``XLMRobertaConfig`` with XLM-R's vocabulary and special ids
+    (pad 1, bos 0, eos 2, one token type) and the given sizes."""
+    from transformers import XLMRobertaConfig
+
+    return XLMRobertaConfig(vocab_size=250002, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                            **shape)
+
+
 def tiny_xlmr(dir, seed: int = 0, pooling: str = "cls", m3_heads: bool = True) -> Path:
     """A 2-layer XLM-RoBERTa embedder in BGE-M3's layout (hidden 32, 4
     heads of 8; 8194 positions, so 8192 tokens) with the XLM-R tokenizer;
     normalised dense output (``pooling`` "cls" as bge-m3, "mean" as
     multilingual-e5). With ``m3_heads``, also ``sparse_linear.pt``
     (Linear(hidden, 1)) and ``colbert_linear.pt`` (Linear(hidden, hidden))."""
-    from transformers import XLMRobertaConfig, XLMRobertaModel
+    from transformers import XLMRobertaModel
 
     out = _dir(dir)
     torch.manual_seed(seed)
-    cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=8194, type_vocab_size=1,
-                           pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    cfg = _xlmr_config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                       max_position_embeddings=8194)
     _save(XLMRobertaModel(cfg, add_pooling_layer=False), out, seed)
     _tokenizer(out, "xlm-roberta", model_max_length=8192)
     _sentence_transformers(out, pooling, normalize=True, max_seq_length=8192)
@@ -136,13 +144,12 @@ def multilingual_minilm(dir, seed: int = 0) -> Path:
     paraphrase-multilingual-MiniLM-L12-v2's shape (12 layers, hidden 384,
     12 heads, FFN 1536, the 250k XLM-R vocabulary; mean pooling, 128
     tokens, not normalised): the XLM-R family's CPU benchmark model."""
-    from transformers import XLMRobertaConfig, XLMRobertaModel
+    from transformers import XLMRobertaModel
 
     out = _dir(dir)
     torch.manual_seed(seed)
-    cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=384, num_hidden_layers=12, num_attention_heads=12,
-                           intermediate_size=1536, max_position_embeddings=514, type_vocab_size=1,
-                           pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    cfg = _xlmr_config(hidden_size=384, num_hidden_layers=12, num_attention_heads=12, intermediate_size=1536,
+                       max_position_embeddings=514)
     _save(XLMRobertaModel(cfg, add_pooling_layer=False), out, seed)
     _tokenizer(out, "xlm-roberta", model_max_length=512)
     _sentence_transformers(out, "mean", normalize=False, max_seq_length=128)
@@ -156,15 +163,13 @@ def tiny_reranker(dir, seed: int = 0, arch: str = "xlm-roberta", labels: tuple[s
     With ``labels``, a sequence classifier with those ``id2label`` names."""
     names = {"num_labels": 1} if not labels else {
         "id2label": dict(enumerate(labels)), "label2id": {n: i for i, n in enumerate(labels)}}
-    from transformers import BertConfig, BertForSequenceClassification, XLMRobertaConfig, \
-        XLMRobertaForSequenceClassification
+    from transformers import BertConfig, BertForSequenceClassification, XLMRobertaForSequenceClassification
 
     out = _dir(dir)
     torch.manual_seed(seed)
     if arch == "xlm-roberta":
-        cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=64, max_position_embeddings=514, type_vocab_size=1,
-                               pad_token_id=1, bos_token_id=0, eos_token_id=2, **names)
+        cfg = _xlmr_config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           max_position_embeddings=514, **names)
         _save(XLMRobertaForSequenceClassification(cfg), out, seed)
         _tokenizer(out, "xlm-roberta", model_max_length=512)
     elif arch == "bert":
@@ -347,7 +352,7 @@ def tiny_splade(dir, seed: int = 0, arch: str = "bert", strategy: str = "max") -
     from sentence_transformers import SparseEncoder
     from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sparse_encoder.modules import SpladePooling
-    from transformers import BertConfig, BertForMaskedLM, XLMRobertaConfig, XLMRobertaForMaskedLM
+    from transformers import BertConfig, BertForMaskedLM, XLMRobertaForMaskedLM
 
     out = _dir(dir)
     mlm = out / "mlm"
@@ -358,9 +363,8 @@ def tiny_splade(dir, seed: int = 0, arch: str = "bert", strategy: str = "max") -
         _save(BertForMaskedLM(cfg), mlm, seed)
         _tokenizer(mlm, "all-minilm-l6-v2", model_max_length=512)
     elif arch == "xlm-roberta":
-        cfg = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=64, max_position_embeddings=514, type_vocab_size=1,
-                               pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        cfg = _xlmr_config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           max_position_embeddings=514)
         _save(XLMRobertaForMaskedLM(cfg), mlm, seed)
         _tokenizer(mlm, "xlm-roberta", model_max_length=512)
     else:
