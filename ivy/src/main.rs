@@ -50,6 +50,26 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
+/// No transparent huge pages for Ivy's heap. mimalloc asks for them on its
+/// arenas (`MADV_HUGEPAGE`), so the resident size moved in 2 MiB steps as
+/// khugepaged collapsed pages: +21% over a 30-minute soak, all of it huge
+/// pages, with nothing leaking. Ivy's heap is tens of MiB, where huge pages
+/// save nothing measurable. This runs as a constructor ahead of mimalloc's
+/// own (priority 101), so no page is faulted in huge before it.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array.00100")]
+static NO_HUGE_PAGES: extern "C" fn() = no_huge_pages;
+
+#[cfg(target_os = "linux")]
+extern "C" fn no_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers and touches no
+    // memory; a kernel without it returns an error, which changes nothing.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
     let settings = telemetry::Settings {
