@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from bench import inputs, metrics, plots
+from rose import cpubf16
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
 from bench.harness import ratio, scaled
@@ -29,6 +30,9 @@ LENGTH = 512
 def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rounds: int = 1) -> tuple[dict, str]:
     ivy, st = stack.ivy(), stack.st()
     notes: list[str] = []
+    # Where the bfloat16 twin serves (auto: CPUs with AMX), the same stack
+    # with it off, so that what it adds is measured in the same run.
+    f32 = stack.float32_ivy() if cpubf16.missing(require_amx=True) is None else None
     ort = stack.onnxruntime_or_note(notes)
     inf = stack.infinity_or_note(notes)
     (length,), capped = capped_lengths([LENGTH], stack.max_length)
@@ -70,6 +74,8 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
         return time.perf_counter() - start
 
     sides = {"ivy": through_ivy, "sentence-transformers": in_process}
+    if f32 is not None:
+        sides["ivy (float32)"] = lambda: http_clients(f32.port, ivy_reqs).wall
     if ort is not None:
         sides["onnxruntime"] = onnxruntime
     if inf is not None:
@@ -87,6 +93,10 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
         ratios["ivy / onnxruntime"] = ratio(best["ivy"], best["onnxruntime"])
     if "infinity" in best:
         ratios["ivy / infinity"] = ratio(best["ivy"], best["infinity"])
+    if "ivy (float32)" in best:
+        ratios["ivy / ivy (float32)"] = ratio(best["ivy"], best["ivy (float32)"])
+        if "onnxruntime" in best:
+            ratios["ivy (float32) / onnxruntime"] = ratio(best["ivy (float32)"], best["onnxruntime"])
     data = {"params": {"clients": clients, "requests_per_client": requests, "batch": batch, "rounds": rounds,
                        "tokens_per_document": length, "threads": stack.threads,
                        "sentence_transformers_batch_size": 32, "infinity_batch_size": 32},
@@ -97,7 +107,10 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
         f"= {total} embeddings per block, {rounds} block(s) per side in rotating order (best reported). "
         f"sentence-transformers encodes the same requests one after another in-process (its default batch "
         f"size 32); onnxruntime (fastembed's runtime) encodes each request's documents as one padded batch "
-        f"in-process. Torch and ONNX Runtime threads = {stack.threads}, fp32.\n",
+        f"in-process. Torch and ONNX Runtime threads = {stack.threads}, fp32"
+        + ("; ivy's Tulip runs steps of more than 64 tokens on its bfloat16 twin (this CPU has AMX: "
+           "`--cpu-bf16 auto`, gated per bucket at cosine 0.999), and `ivy (float32)` is the same stack with "
+           "it off.\n" if f32 is not None else " (this CPU has no AMX: no bfloat16 twin).\n"),
         table(["side", "embeddings/s (best)", "all blocks"], [[k, best[k], ", ".join(f"{x:.1f}" for x in rates[k])] for k in rates]),
         "\n" + table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
         "\nOn Ivy's side (last Ivy block; Tulip's /metrics and a perf profile of the Ivy and Tulip processes):\n",

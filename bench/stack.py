@@ -59,10 +59,13 @@ class Stack:
         self.model_dir = model_dir or default_model_dir()
         self.threads = threads
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-logs-"))
-        # The CPU fast path as served by default, built before any timing.
-        self.tulip_flags = {"cpu_fast_path": "true", "cpu_fast_path_warm": "true", **(tulip_flags or {})}
+        # The CPU fast path and the bfloat16 twin as served by default,
+        # built before any timing.
+        self.tulip_flags = {"cpu_fast_path": "true", "cpu_bf16": "auto", "cpu_fast_path_warm": "true",
+                            **(tulip_flags or {})}
         self.gates: list[dict] = []
         self._tulip = self._ivy = self._infinity = self._st = self._bare = self._ort = None
+        self._f32: tuple[Tulip, Ivy] | None = None
         self._reference: dict[str, np.ndarray] = {}
         self._failed: dict[str, Exception] = {}
 
@@ -176,6 +179,21 @@ class Stack:
                 lambda ivy: lambda texts: _over_http(ivy.port, IVY_PATH, texts))
         return self._ivy
 
+    def float32_ivy(self) -> Ivy:
+        """A second Ivy → Tulip with the bfloat16 twin off (float32 only):
+        what the twin adds, measured in the same run."""
+        if self._f32 is None:
+            tulip = self.gated_tulip("Tulip gRPC, float32 (--cpu-bf16 false)", cpu_bf16="false")
+            try:
+                ivy = self._start("Ivy → Tulip float32 (HTTP, text)",
+                                  lambda: Ivy([tulip.url], self.model_dir, log_dir=self.log_dir),
+                                  lambda ivy: lambda texts: _over_http(ivy.port, IVY_PATH, texts))
+            except Exception:
+                tulip.stop()
+                raise
+            self._f32 = (tulip, ivy)
+        return self._f32[1]
+
     def infinity(self) -> Infinity:
         """Raises ``Unavailable`` (with the reason) when it cannot run here."""
         if self._infinity is None:
@@ -198,10 +216,10 @@ class Stack:
         return {"infinity-emb": infinity_version()} if self._infinity else {}
 
     def close(self) -> None:
-        for proc in (self._ivy, self._infinity, self._tulip):
+        for proc in (self._ivy, self._infinity, self._tulip, *(reversed(self._f32) if self._f32 else ())):
             if proc is not None:
                 proc.stop()
-        self._tulip = self._ivy = self._infinity = None
+        self._tulip = self._ivy = self._infinity = self._f32 = None
 
     def __enter__(self):
         return self

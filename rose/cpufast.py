@@ -34,19 +34,16 @@ memory for steps of at most ``max_tokens`` tokens.
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import subprocess
 import sys
 import importlib.util
 import logging
-import queue
 import re
 import shutil
 import tempfile
-import threading
-import time
 import warnings
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,13 +53,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention.base import AttentionBackend, AttnPlan
+from .gated import GatedRuntime, power_of_two_bucket
 from .interface import Batch, OutputKind
 from .models import EmbeddingModel, StepInputs
 
 log = logging.getLogger("rose.cpufast")
 
-# Cosine every row of a bucket's first step must reach against eager.
-FIDELITY = 0.999
 # Longest an export may take (seconds): on a busy 2-core machine ~10-200.
 EXPORT_TIMEOUT_S = 1800
 _INPUTS = ("ids", "positions", "seg_ids", "cu", "inv_len", "dims", "norm")
@@ -81,11 +77,16 @@ def missing() -> str | None:
     return None
 
 
+TOKENS_ALONE, TOKENS_BESIDE_TWIN = 256, 64
+
+
 @dataclass(frozen=True)
 class FastPathSettings:
     """Which steps the fast path takes and how ONNX Runtime runs them."""
 
-    max_tokens: int = 256  # largest step (real tokens); larger ones stay on the ragged eager path
+    # Largest step (real tokens); larger ones go to the bfloat16 twin or the
+    # ragged eager path. None: decided by the engine (``resolved``).
+    max_tokens: int | None = None
     max_sequences: int = 64
     min_bucket: int = 16
     threads: int = 0  # ONNX Runtime intra-op threads; 0 = torch's thread budget
@@ -96,18 +97,23 @@ class FastPathSettings:
     spin: bool = False
 
     def __post_init__(self):
-        if self.max_tokens < 1 or self.max_sequences < 1 or self.min_bucket < 1:
+        if (self.max_tokens is not None and self.max_tokens < 1) or self.max_sequences < 1 or self.min_bucket < 1:
             raise ValueError("CPU fast path limits must be positive")
+
+    def resolved(self, twin: bool) -> "FastPathSettings":
+        """``max_tokens`` decided: 256 alone; beside the bfloat16 twin,
+        which ties with ONNX Runtime up to 64 tokens and is faster above
+        (``rose/cpubf16.py``), 64."""
+        if self.max_tokens is not None:
+            return self
+        return dataclasses.replace(self, max_tokens=TOKENS_BESIDE_TWIN if twin else TOKENS_ALONE)
 
     def bucket(self, tokens: int) -> int | None:
         """The bucket (a power of two) of a step of ``tokens`` real tokens,
         or None when the step is too large for the fast path."""
         if tokens > self.max_tokens:
             return None
-        b = self.min_bucket
-        while b < tokens:
-            b *= 2
-        return b
+        return power_of_two_bucket(tokens, self.min_bucket)
 
     def buckets(self) -> list[int]:
         out, b = [], self.min_bucket
@@ -116,13 +122,6 @@ class FastPathSettings:
             if b >= self.max_tokens:
                 return out
             b *= 2
-
-
-class State(enum.Enum):
-    COLD = "cold"  # never seen
-    PENDING = "pending"  # ran eagerly once; waiting for the build and the gate
-    READY = "ready"  # runs on ONNX Runtime
-    FAILED = "failed"  # the gate or the build failed: always eager
 
 
 class _ExportAttention(AttentionBackend):
@@ -256,36 +255,18 @@ def _feed(batch: Batch) -> dict[str, np.ndarray]:
     return feed
 
 
-def _min_cosine(got: np.ndarray, want: np.ndarray) -> float:
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    if a.shape != b.shape:
-        return -1.0
-    if a.ndim == 1:
-        a, b = a[:, None], b[:, None]
-    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
-    both_zero = (na == 0) & (nb == 0)  # e.g. a zero-dimension tail: equal
-    cos = np.where(both_zero, 1.0, (a * b).sum(axis=1) / np.maximum(na * nb, 1e-30))
-    return float(cos.min()) if cos.size else 1.0
+class CpuFastPath(GatedRuntime):
+    """The ONNX Runtime session of one model and its buckets' states.
+    ``lookup`` and ``offer`` are the request path's only calls: neither
+    ever waits for a build."""
 
-
-class CpuFastPath:
-    """Bucket states, the background builder and the ONNX Runtime session
-    of one model. ``lookup`` and ``offer`` are the request path's only
-    calls: neither ever waits for a build."""
+    label = "CPU fast path"
 
     def __init__(self, model_dir: Path, kind: OutputKind, dimension: int, settings: FastPathSettings | None = None):
+        super().__init__(kind)
         self.model_dir = Path(model_dir)
-        self.kind = kind
         self.dimension = dimension
-        self.settings = settings or FastPathSettings()
-        self._states: dict[int, State] = {}
-        self._lock = threading.Lock()
-        self._jobs: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._session = None
-        self._broken: str | None = None  # why the runtime cannot be built for this model
-        self.build_seconds = 0.0
-        self.gates: dict[int, float] = {}  # bucket -> min cosine at its gate
+        self.settings = (settings or FastPathSettings()).resolved(twin=False)
 
     def key(self, batch: Batch) -> int | None:
         """The bucket of a step the fast path may take, or None."""
@@ -293,95 +274,13 @@ class CpuFastPath:
             return None
         return self.settings.bucket(batch.layout.tokens)
 
-    def state(self, bucket: int) -> State:
-        return self._states.get(bucket, State.COLD)
+    def _load(self):
+        # The serving model's layers are packed for oneDNN and bound to the
+        # serving attention backend: a fresh copy is exported.
+        return _session(self.model_dir, self.settings)
 
-    def counts(self) -> dict[str, int]:
-        with self._lock:
-            out = {s.value: 0 for s in State}
-            for s in self._states.values():
-                out[s.value] += 1
-            return out
-
-    def run(self, bucket: int, batch: Batch) -> torch.Tensor | None:
-        """The step's output on ONNX Runtime when its bucket is ready, else
-        None (the caller runs it eagerly and ``offer``s it)."""
-        if self._states.get(bucket) is not State.READY:
-            return None
-        return torch.from_numpy(self._session.run(None, _feed(batch))[0])
-
-    def offer(self, bucket: int, batch: Batch, eager_out: torch.Tensor) -> None:
-        """After an eager step of a cold bucket: keeps a copy of its input
-        and output and queues the bucket's build (returns at once)."""
-        with self._lock:
-            if self._states.get(bucket, State.COLD) is not State.COLD:
-                return
-            self._states[bucket] = State.PENDING
-            sample = Batch(batch.arena[: batch.layout.size].clone(), batch.layout, batch.kind, batch.resolved)
-            self._jobs.put((bucket, sample, eager_out.detach().clone()))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._builder, name="rose-cpufast", daemon=True)
-                self._thread.start()
-
-    def wait(self, timeout: float = 600.0) -> bool:
-        """Blocks until every queued build is done (tests, benchmarks,
-        start-up warming); False on timeout."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if State.PENDING not in self._states.values():
-                    return True
-            time.sleep(0.01)
-        return False
-
-    def _builder(self) -> None:
-        """Builds queued buckets; ends when none has come for a while (a
-        later cold bucket starts it again)."""
-        while True:
-            try:
-                bucket, sample, want = self._jobs.get(timeout=5.0)
-            except queue.Empty:
-                with self._lock:  # jobs are queued under this lock
-                    if self._jobs.empty():
-                        self._thread = None
-                        return
-                continue
-            try:
-                self._build(bucket, sample, want)
-            except Exception:  # never let one bucket take the thread down
-                log.exception("CPU fast path: bucket %d failed; it stays eager", bucket)
-                self._set(bucket, State.FAILED)
-
-    def _set(self, bucket: int, state: State) -> None:
-        with self._lock:
-            self._states[bucket] = state
-
-    def _build(self, bucket: int, sample: Batch, want: torch.Tensor) -> None:
-        if self._session is None and self._broken is None:
-            started = time.perf_counter()
-            try:
-                # The serving model's layers are packed for oneDNN and bound
-                # to the serving attention backend: a fresh copy is exported.
-                self._session = _session(self.model_dir, self.settings)
-            except Exception as e:  # a family the exporter or the runtime cannot take
-                self._broken = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
-                log.warning("CPU fast path unavailable for this model, every step stays eager: %s", self._broken)
-            self.build_seconds = time.perf_counter() - started
-            if self._session is not None:
-                log.info("CPU fast path: ONNX Runtime session built in %.1fs", self.build_seconds)
-        if self._session is None:
-            self._set(bucket, State.FAILED)
-            return
-        got = self._session.run(None, _feed(sample))[0]
-        cos = _min_cosine(got, want.float().numpy())
-        self.gates[bucket] = cos
-        if cos >= FIDELITY:
-            self._set(bucket, State.READY)
-            log.info("CPU fast path: bucket %d tokens ready (min cosine %.6f against eager)", bucket, cos)
-        else:
-            self._set(bucket, State.FAILED)
-            log.warning("CPU fast path: bucket %d tokens fails the fidelity gate (min cosine %.6f < %s); it "
-                        "stays eager", bucket, cos, FIDELITY)
+    def _execute(self, batch: Batch) -> torch.Tensor:
+        return torch.from_numpy(self._runtime.run(None, _feed(batch))[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -390,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rose.cpufast", description="Export a model for the CPU fast path.")
     p.add_argument("model_dir")
     p.add_argument("out")
-    p.add_argument("--max-tokens", type=int, default=FastPathSettings.max_tokens)
+    p.add_argument("--max-tokens", type=int, default=TOKENS_ALONE)
     p.add_argument("--max-sequences", type=int, default=FastPathSettings.max_sequences)
     args = p.parse_args(argv)
     os.nice(10)  # behind the server's own steps

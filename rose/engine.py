@@ -17,8 +17,11 @@ from .errors import InvalidBatchError
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
 from .loader import WeightReader, read_weights, strip_prefix
+from .cpubf16 import TWIN_KINDS, Bf16Settings, Bf16Twin
+from .cpubf16 import missing as cpu_bf16_missing
 from .cpufast import CpuFastPath, FastPathSettings
 from .cpufast import missing as cpu_fast_path_missing
+from .gated import GatedRuntime
 from .graphs import GraphKey, GraphSettings
 from .models import EmbeddingModel, attn_shape, build_model
 from .models import packed as packing
@@ -126,12 +129,27 @@ def _fast_path_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype
     return cpu_fast_path_missing()
 
 
+def _twin_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype, packed: int, kind: OutputKind,
+                  require_amx: bool) -> str | None:
+    """Why the bfloat16 twin does not apply to this engine, or None."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return f"it runs beside a float32 CPU model only (this engine: {dtype} on {device})"
+    if spec.model_type == "null":
+        return "the null model computes nothing"
+    if not packed:
+        return "it needs the packed linear layers (--cpu-packed-linear)"
+    if kind not in TWIN_KINDS:
+        return (f"its gate judges vectors by cosine, and this model's {kind.value} output is not one (a "
+                "cross-encoder's logits stay float32)")
+    return cpu_bf16_missing(require_amx)
+
+
 class Engine:
     """Runs one model. Not thread-safe: one host thread calls ``step``."""
 
     def __init__(self, spec: ModelSpec, model: EmbeddingModel, device: torch.device, dtype: torch.dtype,
                  backend: AttentionBackend, graphs: bool = True, graph_settings: GraphSettings | None = None, static_on_cpu: bool = False,
-                 cpu_fast_path: CpuFastPath | None = None):
+                 cpu_fast_path: CpuFastPath | None = None, cpu_bf16: Bf16Twin | None = None):
         self.spec = spec
         self.model = model
         self.device = device
@@ -156,7 +174,7 @@ class Engine:
             **_tokenizer_identity(spec.path),
         )
         self.runner = Runner(model, device, backend, model.dimension, spec.normalize,
-                             graph_settings, graphs, static_on_cpu, cpu_fast_path)
+                             graph_settings, graphs, static_on_cpu, cpu_fast_path, cpu_bf16)
 
     @classmethod
     def from_dir(
@@ -173,6 +191,8 @@ class Engine:
         packed_linear: bool = True,
         cpu_fast_path: bool = False,
         cpu_fast_path_settings: FastPathSettings | None = None,
+        cpu_bf16: bool | None = False,
+        cpu_bf16_settings: Bf16Settings | None = None,
     ) -> "Engine":
         """Loads a Hugging Face model directory. ``graphs`` enables lazily
         captured CUDA graphs (on CUDA, with a capture-safe attention backend);
@@ -180,7 +200,9 @@ class Engine:
         ``packed_linear`` packs float32 linear weights for oneDNN on the CPU
         (``rose/models/packed.py``); ``cpu_fast_path`` runs small float32
         CPU steps on ONNX Runtime once their bucket is built and gated
-        (``rose/cpufast.py``; eager where it cannot)."""
+        (``rose/cpufast.py``; eager where it cannot); ``cpu_bf16`` runs the
+        other steps of a float32 CPU model on its bfloat16 twin once their
+        bucket is gated (``rose/cpubf16.py``; None = where the CPU has AMX)."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
         dev = resolve_device(device)
@@ -197,26 +219,39 @@ class Engine:
             "loaded %s (%s, %s, %s, attention=%s, %d packed linear layers) in %.1fs",
             spec.model_id, spec.model_type, dev, dt, backend.name, packed, time.perf_counter() - started,
         )
+        twin = None
+        if cpu_bf16 is not False:
+            why = _twin_refusal(spec, dev, dt, packed, model.kinds[0], require_amx=cpu_bf16 is None)
+            if why is None:
+                twin = Bf16Twin(spec.path, model.kinds[0], backend, cpu_bf16_settings)
+            else:
+                log.info("bfloat16 steps off: %s", why)
         fast = None
         if cpu_fast_path:
             why = _fast_path_refusal(spec, dev, dt)
             if why is None:
-                fast = CpuFastPath(spec.path, model.kinds[0], model.dimension,
-                                   cpu_fast_path_settings)
+                settings = (cpu_fast_path_settings or FastPathSettings()).resolved(twin=twin is not None)
+                fast = CpuFastPath(spec.path, model.kinds[0], model.dimension, settings)
             else:
                 log.info("CPU fast path off: %s", why)
-        return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu, fast)
+        return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu, fast, twin)
 
     def warm_cpu_fast_path(self, timeout: float = 900.0) -> dict[int, str]:
         """Builds the CPU fast path and gates every bucket now, on synthetic
         steps (for operators who prefer paying the build at start-up, and
         benchmarks); returns each bucket's state."""
-        fast = self.runner.fast
-        if fast is None:
-            return {}
-        for bucket in fast.settings.buckets():
-            tokens = min(bucket, fast.settings.max_tokens)
-            if fast.state(fast.settings.bucket(tokens)).value != "cold":
+        return self._warm(self.runner.fast, timeout) if self.runner.fast is not None else {}
+
+    def warm_cpu_bf16(self, timeout: float = 900.0) -> dict[int, str]:
+        """The same for the bfloat16 twin, up to its ``warm_tokens`` bucket."""
+        return self._warm(self.runner.twin, timeout) if self.runner.twin is not None else {}
+
+    def _warm(self, runtime: GatedRuntime, timeout: float) -> dict[int, str]:
+        settings = runtime.settings
+        limit = getattr(settings, "max_tokens", None)
+        for bucket in settings.buckets():
+            tokens = min(bucket, limit) if limit else bucket
+            if runtime.state(settings.bucket(tokens)).value != "cold":
                 continue
             span = max(min(1000, self.info.vocab_size - 5), 1)
             ids = [5 + (i * 7919) % span for i in range(tokens)]  # clear of special and padding ids
@@ -225,12 +260,12 @@ class Engine:
             # bucket) warms it with several sequences.
             longest = max(self.info.max_input_length, 1)
             seqs = [ids[i:i + longest] for i in range(0, tokens, longest)]
-            if len(seqs) > fast.settings.max_sequences:
+            if len(seqs) > getattr(settings, "max_sequences", len(seqs)):
                 continue
-            out = self.step(Batch.from_lists(seqs, fast.kind))
+            out = self.step(Batch.from_lists(seqs, runtime.kind))
             out.release()
-        fast.wait(timeout)
-        return {b: fast.state(b).value for b in fast.settings.buckets()}
+        runtime.wait(timeout)
+        return {b: runtime.state(b).value for b in settings.buckets()}
 
     def step(self, batch: Batch) -> LazyTensor:
         """Runs one batch. Returns at once; the result is on the host when

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .attention import AttentionBackend
+from .cpubf16 import Bf16Twin
 from .cpufast import CpuFastPath
 from .errors import DeviceError, is_sticky_cuda_error
+from .gated import GatedRuntime
 from .graphs import Action, Dispatcher, GraphKey, GraphSettings
 from .interface import Batch, Layout, OutputKind
 from .layout import repack, resolve_defaults, rows_for, step_inputs
@@ -31,6 +33,9 @@ from .pinned import PinnedPool
 from .threads import ThreadBudget
 
 log = logging.getLogger("rose.graphs")
+
+# A step's mode when the bfloat16 twin ran it (rose/cpubf16.py).
+BF16 = "bf16"
 
 
 @dataclass
@@ -45,7 +50,7 @@ class _Entry:
 
 @dataclass
 class RunnerStats:
-    steps: dict[str, int] = field(default_factory=lambda: {a.value: 0 for a in Action})
+    steps: dict[str, int] = field(default_factory=lambda: {**{a.value: 0 for a in Action}, BF16: 0})
     capture_seconds: float = 0.0
     padded_tokens: int = 0
 
@@ -55,7 +60,8 @@ class Runner:
 
     def __init__(self, model: EmbeddingModel, device: torch.device, backend: AttentionBackend,
                  dimension: int, normalize_default: bool, settings: GraphSettings | None = None,
-                 graphs: bool = True, static_on_cpu: bool = False, fast: CpuFastPath | None = None):
+                 graphs: bool = True, static_on_cpu: bool = False, fast: CpuFastPath | None = None,
+                 twin: Bf16Twin | None = None):
         self.model = model
         self.device = device
         self.backend = backend
@@ -79,8 +85,10 @@ class Runner:
         self._entries: dict[GraphKey, _Entry] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.cuda else None
         self.threads = None if self.cuda else ThreadBudget()
-        # Small CPU steps on ONNX Runtime once their bucket is built (rose/cpufast.py).
+        # Small CPU steps on ONNX Runtime (rose/cpufast.py), the others on
+        # the bfloat16 twin (rose/cpubf16.py), once their bucket is gated.
         self.fast = None if self.cuda else fast
+        self.twin = None if self.cuda else twin
         self._host_thread = threading.local()
         if self.cuda and graphs and not graph_ok:
             log.warning("attention backend %s is not capture-safe or pads to the longest sequence: CUDA graphs "
@@ -109,10 +117,10 @@ class Runner:
         resolve_defaults(batch, self.dimension, self.normalize_default)
         if self.threads is not None:
             self.threads.apply(batch.layout.real_tokens)
-        if self.fast is not None:
-            bucket = self.fast.key(batch)
-            if bucket is not None:
-                return self._fast(batch, bucket)
+        if self.fast is not None or self.twin is not None:
+            lazy = self._gated(batch)
+            if lazy is not None:
+                return lazy
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
         action = self.dispatcher.hit(key)
         try:
@@ -139,19 +147,31 @@ class Runner:
             out.synchronize()
             out.release()
 
-    # The CPU fast path: ONNX Runtime once the bucket is ready, else eager
-    # (and the bucket's first eager step is handed to its build).
+    # The CPU's gated runtimes: ONNX Runtime, then the bfloat16 twin, for a
+    # step whose bucket is ready; else eager, and a cold bucket's eager step
+    # is handed to its builds.
 
-    def _fast(self, batch: Batch, bucket: int) -> LazyTensor:
-        out = self.fast.run(bucket, batch)
-        if out is None:
-            lazy = self._eager(batch)
-            self.fast.offer(bucket, batch, lazy.tensor())
-            return lazy
-        layout = batch.layout
-        # Reported as a replay: a prebuilt whole-model graph, as on a GPU.
-        self._count(Action.REPLAY, layout)
-        return LazyTensor.ready(out, _fast_info(layout.tokens))
+    def _gated(self, batch: Batch) -> LazyTensor | None:
+        """The step on a ready runtime, or eager (and offered to the
+        runtimes that take it); None when no runtime takes it at all."""
+        takers: list[tuple[GatedRuntime, int]] = []
+        for runtime, mode in ((self.fast, Action.REPLAY.value), (self.twin, BF16)):
+            bucket = runtime.key(batch) if runtime is not None else None
+            if bucket is None:
+                continue
+            out = runtime.run(bucket, batch)
+            if out is not None:
+                # A fast-path step is reported as a replay: a prebuilt
+                # whole-model runtime, as a CUDA graph is on a GPU.
+                self._count_mode(mode, batch.layout)
+                return LazyTensor.ready(out, _gated_info(mode, batch.layout.tokens))
+            takers.append((runtime, bucket))
+        if not takers:
+            return None
+        lazy = self._eager(batch)
+        for runtime, bucket in takers:
+            runtime.offer(bucket, batch, lazy.tensor())  # only a cold bucket keeps it
+        return lazy
 
     # Eager: exact shapes, no padding.
 
@@ -234,7 +254,10 @@ class Runner:
         return self.model(kind, x)
 
     def _count(self, action: Action, layout: Layout, capture_s: float = 0.0) -> None:
-        self.stats.steps[action.value] += 1
+        self._count_mode(action.value, layout, capture_s)
+
+    def _count_mode(self, mode: str, layout: Layout, capture_s: float = 0.0) -> None:
+        self.stats.steps[mode] += 1
         self.stats.padded_tokens += layout.tokens - layout.real_tokens
         self.stats.capture_seconds += capture_s
 
@@ -246,9 +269,9 @@ def _eager_info(tokens: int, padded_tokens: int) -> StepInfo:
     return StepInfo("eager", tokens, padded_tokens)
 
 
-@functools.lru_cache(maxsize=4096)
-def _fast_info(tokens: int) -> StepInfo:
-    return StepInfo("replay", tokens, tokens)
+@functools.lru_cache(maxsize=8192)
+def _gated_info(mode: str, tokens: int) -> StepInfo:
+    return StepInfo(mode, tokens, tokens)
 
 
 def _on(device: torch.device):

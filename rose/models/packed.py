@@ -1,4 +1,6 @@
-"""Linear layers with weights packed once for oneDNN, for float32 on the CPU.
+"""Linear layers with weights packed once for oneDNN, for float32 on the
+CPU (and bfloat16, the twin of ``rose/cpubf16.py``, which oneDNN runs on
+AMX tiles where the CPU has them).
 
 PyTorch's CPU ``linear`` goes through a BLAS ``sgemm`` that repacks the
 weight on every call; for the few rows of a query that repacking is most of
@@ -60,12 +62,14 @@ def available() -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``nn.Linear`` on a oneDNN-packed weight (float32, CPU, inference)."""
+    """``nn.Linear`` on a oneDNN-packed weight (float32 or bfloat16, CPU,
+    inference)."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
+        self.dtype = weight.dtype
         # Not a parameter or buffer: module machinery (``.to``, state dicts)
         # does not handle oneDNN's layout, and the model is final by now.
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
@@ -79,6 +83,8 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
+        if rows.dtype != self.dtype:  # oneDNN takes one type for both operands
+            rows = rows.to(self.dtype)
         n = rows.shape[0]
         padded = padded_rows(n)
         if padded != n:
@@ -90,13 +96,16 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def pack_linears(model: nn.Module) -> int:
-    """Replaces every float32 ``nn.Linear`` in ``model`` (on the CPU) with a
-    ``PackedLinear``; returns how many."""
+    """Replaces every float32 or bfloat16 ``nn.Linear`` in ``model`` (on the
+    CPU) with a ``PackedLinear``; returns how many."""
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            if (type(child) is nn.Linear and child.weight.dtype == torch.float32
+            if (type(child) is nn.Linear and child.weight.dtype in PACKED_DTYPES
                     and child.weight.device.type == "cpu"):
                 swaps.append((parent, name, child))
     for parent, name, child in swaps:

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from rose import Batch, Engine
-from rose.cpufast import FIDELITY, FastPathSettings, State
-from tests.support.reference import assert_close_vectors
+from rose.cpufast import FastPathSettings
+from rose.gated import FIDELITY, State
+from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
 
 pytest.importorskip("onnxruntime")
@@ -31,11 +32,6 @@ LENGTHS = (9, 16, 27, 50, 100, 160)
 SETTINGS = FastPathSettings(max_tokens=128)
 
 
-def _st_inputs(st, texts):
-    feats = st.tokenize(texts)
-    return [ids[m.bool()].tolist() for ids, m in zip(feats["input_ids"], feats["attention_mask"])]
-
-
 def _texts_of_lengths(st, corpus: list[str], lengths=LENGTHS) -> list[str]:
     """Real text cut to each target token count (special tokens included)."""
     long = " ".join(corpus)
@@ -45,7 +41,7 @@ def _texts_of_lengths(st, corpus: list[str], lengths=LENGTHS) -> list[str]:
         lo, hi = 1, len(words)
         while lo < hi:  # the fewest words that reach n tokens
             mid = (lo + hi) // 2
-            if len(_st_inputs(st, [" ".join(words[:mid])])[0]) >= n:
+            if len(st_inputs(st, [" ".join(words[:mid])])[0]) >= n:
                 hi = mid
             else:
                 lo = mid + 1
@@ -79,7 +75,7 @@ def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minil
     queries = _texts_of_lengths(st_minilm, texts)
     want = st_minilm.encode(queries, convert_to_tensor=True).float()
     for text, n, ref in zip(queries, LENGTHS, want):
-        seqs = _st_inputs(st_minilm, [text])
+        seqs = st_inputs(st_minilm, [text])
         bucket = SETTINGS.bucket(len(seqs[0]))
         cold = bucket is None or e.runner.fast.state(bucket) is State.COLD
         (mode1, out1), (mode2, out2) = _run_twice(e, seqs)
@@ -94,7 +90,7 @@ def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minil
         assert_close_vectors(out2, ref.unsqueeze(0))
     assert e.runner.fast.counts()["ready"] == 4  # 16, 32, 64, 128
     # Several sequences in one small step (Tulip batches concurrent queries).
-    seqs = _st_inputs(st_minilm, queries[:3])
+    seqs = st_inputs(st_minilm, queries[:3])
     mode, out = _step(e, seqs)
     assert mode == "replay"
     assert_close_vectors(out, want[:3])
@@ -105,7 +101,7 @@ def test_options_and_other_outputs(minilm_fast, st_minilm):
     fast path; token states (not its output) run eagerly."""
     e = minilm_fast
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
-    seqs = _st_inputs(st_minilm, texts)
+    seqs = st_inputs(st_minilm, texts)
     e.warm_cpu_fast_path()
     lazy = e.step(Batch.from_lists(seqs, dimensions=[64, 0], normalize=[False, True]))
     got = lazy.tensor().clone()
@@ -132,21 +128,21 @@ def test_bge_m3_shape_dense_per_bucket(xlmr_dir, texts):
     queries = _texts_of_lengths(st, texts, LENGTHS[:-1])
     want = st.encode(queries, convert_to_tensor=True).float()
     for text, ref in zip(queries, want):
-        seqs = _st_inputs(st, [text])
+        seqs = st_inputs(st, [text])
         _, (mode, out) = _run_twice(e, seqs)
         assert mode == "replay", e.runner.fast.gates
         assert_close_vectors(out, ref.unsqueeze(0))
-    mode, out = _step(e, _st_inputs(st, queries[:2]))
+    mode, out = _step(e, st_inputs(st, queries[:2]))
     assert mode == "replay"
     assert_close_vectors(out, want[:2])
     for kind in ("sparse", "multi_vector"):
-        assert _step(e, _st_inputs(st, queries[:1]), kind)[0] == "eager"
+        assert _step(e, st_inputs(st, queries[:1]), kind)[0] == "eager"
 
 
 def test_off_means_eager_and_nothing_built(minilm_dir, st_minilm, texts):
     e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32")  # off by default in Python
     assert e.runner.fast is None
-    seqs = _st_inputs(st_minilm, texts[:1])
+    seqs = st_inputs(st_minilm, texts[:1])
     assert [_step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
     assert e.warm_cpu_fast_path() == {}
     assert e.runner.stats.steps["replay"] == 0
@@ -185,7 +181,7 @@ def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
     replay and matches sentence-transformers; with it off no step is, and
     ONNX Runtime is never loaded into the process."""
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
-    seqs = _st_inputs(st_minilm, texts)
+    seqs = st_inputs(st_minilm, texts)
     want = st_minilm.encode(texts, convert_to_tensor=True).float()
     on = Tulip(minilm_dir, log_dir=log_dir, cpu_fast_path="true", cpu_fast_path_warm="true",
                cpu_fast_path_max_tokens=64, timeout=900)

@@ -71,6 +71,13 @@ def cross_encoder_logits(model_dir: Path, seqs: list[list[int]], token_types: li
     return logits if all_labels else logits[:, 0]
 
 
+def st_inputs(st, texts: list[str]) -> list[list[int]]:
+    """Token ids of ``texts`` as a SentenceTransformer tokenizes them for
+    its own encode (truncated, padding dropped)."""
+    feats = st.tokenize(texts)
+    return [ids[m.bool()].tolist() for ids, m in zip(feats["input_ids"], feats["attention_mask"])]
+
+
 def assert_close_vectors(got: torch.Tensor, want: torch.Tensor, min_cosine: float = 0.999) -> None:
     """Same shape, and every row's cosine with its reference >= ``min_cosine``."""
     assert got.shape == want.shape, (got.shape, want.shape)

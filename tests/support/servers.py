@@ -131,8 +131,12 @@ class Tulip(Process):
                "--port", str(self.port), "--metrics-port", str(self.metrics_port)]
         # Tests run eager unless they ask for the CPU fast path: its
         # background build would spend seconds of CPU in every Tulip a test
-        # starts (tests/rose/test_cpu_fast_path.py covers it).
+        # starts (tests/rose/test_cpu_fast_path.py covers it). Float32 unless
+        # they ask for the bfloat16 twin: a vector's last digits would then
+        # depend on the step it landed in, and tests compare runs exactly
+        # (tests/rose/test_cpu_bf16.py covers it).
         flags.setdefault("cpu_fast_path", "false")
+        flags.setdefault("cpu_bf16", "false")
         for k, v in flags.items():
             cmd += [f"--{k.replace('_', '-')}", str(v)]
         # Stubs that cannot import (missing, or generated for a newer

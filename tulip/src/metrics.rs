@@ -47,6 +47,7 @@ impl EncodeLabelValue for Mode {
             Self::Warmup => "warmup",
             Self::Capture => "capture",
             Self::Replay => "replay",
+            Self::Bf16 => "bf16",
         })
     }
 }
@@ -67,13 +68,15 @@ pub struct CodeLabel {
     pub code: Code,
 }
 
-/// How a step ran: eagerly, or through a configuration's static buffers.
+/// How a step ran: eagerly, through a configuration's static buffers (or
+/// the CPU fast path, counted as a replay), or on the CPU's bfloat16 twin.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Mode {
     Eager,
     Warmup,
     Capture,
     Replay,
+    Bf16,
 }
 
 impl Mode {
@@ -82,6 +85,7 @@ impl Mode {
             "warmup" => Self::Warmup,
             "capture" => Self::Capture,
             "replay" => Self::Replay,
+            "bf16" => Self::Bf16,
             _ => Self::Eager,
         }
     }
@@ -275,6 +279,11 @@ mod tests {
         m.steps
             .get_or_create(&ModeLabel { mode: Mode::Replay })
             .inc();
+        m.steps
+            .get_or_create(&ModeLabel {
+                mode: Mode::from_name("bf16"),
+            })
+            .inc();
         let text = m.render();
         assert!(
             text.contains("tulip_requests_total{code=\"invalid_argument\"} 1"),
@@ -282,6 +291,10 @@ mod tests {
         );
         assert!(
             text.contains("tulip_steps_total{mode=\"replay\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tulip_steps_total{mode=\"bf16\"} 1"),
             "{text}"
         );
         assert!(
