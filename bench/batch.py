@@ -108,9 +108,10 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
         f"sentence-transformers encodes the same requests one after another in-process (its default batch "
         f"size 32); onnxruntime (fastembed's runtime) encodes each request's documents as one padded batch "
         f"in-process. Torch and ONNX Runtime threads = {stack.threads}, fp32"
-        + ("; ivy's Tulip runs steps of more than 64 tokens on its bfloat16 twin (this CPU has AMX: "
-           "`--cpu-bf16 auto`, gated per bucket at cosine 0.999), and `ivy (float32)` is the same stack with "
-           "it off.\n" if f32 is not None else " (this CPU has no AMX: no bfloat16 twin).\n"),
+        + ("; ivy's Tulip runs its steps on its bfloat16 twin (this CPU has AMX: `--cpu-bf16 auto`, gated "
+           "per token bucket at cosine 0.999), and `ivy (float32)` is the same stack with it off (its small "
+           "steps on the CPU fast path, the others eager).\n" if f32 is not None
+           else " (this CPU has no AMX: no bfloat16 twin).\n"),
         table(["side", "embeddings/s (best)", "all blocks"], [[k, best[k], ", ".join(f"{x:.1f}" for x in rates[k])] for k in rates]),
         "\n" + table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
         "\nOn Ivy's side (last Ivy block; Tulip's /metrics and a perf profile of the Ivy and Tulip processes):\n",

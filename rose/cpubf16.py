@@ -12,8 +12,9 @@ float32 eager step (packed linear layers): a 26 x 128-token XLM-R step
 row cosine against float32 on those steps was 0.99987. Attention, GELU
 and the norms run in bfloat16 too, on PyTorch's vectorised kernels.
 
-How: as the CPU fast path (``rose/gated.py``): the steps of the model's
-primary output fall into power-of-two token buckets; a bucket's first step
+How: as the CPU fast path (``rose/gated.py``): the steps of an embedder's
+primary output (dense, or SPLADE's vocabulary weights: vectors, which a
+cosine can judge) fall into power-of-two token buckets; a bucket's first step
 runs in float32 and is kept; a background thread (niced) builds the twin
 once (the model loaded again, cast and packed: the tested ``--dtype
 bfloat16`` path) and gates the bucket against that float32 output (cosine

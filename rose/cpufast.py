@@ -77,7 +77,7 @@ def missing() -> str | None:
     return None
 
 
-TOKENS_ALONE, TOKENS_BESIDE_TWIN = 256, 64
+TOKENS_DEFAULT = 256
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,8 @@ class FastPathSettings:
     """Which steps the fast path takes and how ONNX Runtime runs them."""
 
     # Largest step (real tokens); larger ones go to the bfloat16 twin or the
-    # ragged eager path. None: decided by the engine (``resolved``).
+    # ragged eager path. None: 256, and no fast path at all where the twin
+    # runs (the engine decides: ``Engine.from_dir``).
     max_tokens: int | None = None
     max_sequences: int = 64
     min_bucket: int = 16
@@ -100,13 +101,9 @@ class FastPathSettings:
         if (self.max_tokens is not None and self.max_tokens < 1) or self.max_sequences < 1 or self.min_bucket < 1:
             raise ValueError("CPU fast path limits must be positive")
 
-    def resolved(self, twin: bool) -> "FastPathSettings":
-        """``max_tokens`` decided: 256 alone; beside the bfloat16 twin,
-        which ties with ONNX Runtime up to 64 tokens and is faster above
-        (``rose/cpubf16.py``), 64."""
-        if self.max_tokens is not None:
-            return self
-        return dataclasses.replace(self, max_tokens=TOKENS_BESIDE_TWIN if twin else TOKENS_ALONE)
+    def resolved(self) -> "FastPathSettings":
+        """``max_tokens`` decided: 256 unless set."""
+        return self if self.max_tokens is not None else dataclasses.replace(self, max_tokens=TOKENS_DEFAULT)
 
     def bucket(self, tokens: int) -> int | None:
         """The bucket (a power of two) of a step of ``tokens`` real tokens,
@@ -266,7 +263,7 @@ class CpuFastPath(GatedRuntime):
         super().__init__(kind)
         self.model_dir = Path(model_dir)
         self.dimension = dimension
-        self.settings = (settings or FastPathSettings()).resolved(twin=False)
+        self.settings = (settings or FastPathSettings()).resolved()
 
     def key(self, batch: Batch) -> int | None:
         """The bucket of a step the fast path may take, or None."""
@@ -289,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rose.cpufast", description="Export a model for the CPU fast path.")
     p.add_argument("model_dir")
     p.add_argument("out")
-    p.add_argument("--max-tokens", type=int, default=TOKENS_ALONE)
+    p.add_argument("--max-tokens", type=int, default=TOKENS_DEFAULT)
     p.add_argument("--max-sequences", type=int, default=FastPathSettings.max_sequences)
     args = p.parse_args(argv)
     os.nice(10)  # behind the server's own steps

@@ -147,10 +147,11 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--cpu-fast-path", type=parse_bool, default=True,
            help="on the CPU at float32, small steps run on ONNX Runtime from the model exported at run time, "
                 "built in the background per token bucket on first use and gated against the eager step "
-                "(docs/latency.md); needs tulip-rose[cpu-fast], else eager; false = always eager")
+                "(docs/latency.md); needs tulip-rose[cpu-fast], else eager; where the bfloat16 twin runs, "
+                "only with --cpu-fast-path-max-tokens set; false = always eager")
     p.flag("--cpu-fast-path-max-tokens", type=int, default=0,
            help="largest step (tokens) the CPU fast path takes; larger steps run on the bfloat16 twin or the "
-                "ragged eager path (0 = auto)", shown="auto: 64 where bfloat16 steps are on, else 256")
+                "ragged eager path (0 = auto)", shown="auto: 256, and no fast path where the bfloat16 twin runs")
     p.flag("--cpu-fast-path-threads", type=int, default=0,
            help="ONNX Runtime intra-op threads of the CPU fast path; 0 = the torch thread budget")
     p.flag("--cpu-fast-path-spin", type=parse_bool, default=False,

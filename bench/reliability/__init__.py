@@ -48,6 +48,8 @@ MODES = {
 SECTIONS = ("soak", "overload", "chaos", "fuzz_http", "fuzz_grpc", "tokenizer_fuzz")
 OVERLOAD_LIMIT = 4  # Ivy's --max-concurrent-requests in the overload section
 TULIP_THREADS = 1  # two replicas on a 2-core machine
+# Tulip flags as served by default (tests/support/servers.py turns both off).
+SERVED_DEFAULTS = {"cpu_fast_path": "true", "cpu_bf16": "auto"}
 
 
 class Servers:
@@ -59,9 +61,10 @@ class Servers:
 
         self.log_dir = log_dir
         self.model_dir = default_model_dir()
-        # As served by default: the CPU fast path on, built lazily during
-        # the warm-up (so the soak's memory figures include it).
-        self.replicas = start_tulips(2, self.model_dir, log_dir=log_dir, threads=TULIP_THREADS, cpu_fast_path="true")
+        # As served by default: the CPU fast path and the bfloat16 twin
+        # (auto: where the CPU has AMX), built lazily during the warm-up (so
+        # the soak's memory figures include them).
+        self.replicas = start_tulips(2, self.model_dir, log_dir=log_dir, threads=TULIP_THREADS, **SERVED_DEFAULTS)
         self.ivy = Ivy([t.url for t in self.replicas], self.model_dir, log_dir=log_dir)
         self._rerank = None
         self._model_tmp: str | None = None
@@ -69,7 +72,7 @@ class Servers:
             self.vocab = c.info().vocab_size
 
     def tulip_args(self) -> dict:
-        return {"log_dir": self.log_dir, "threads": TULIP_THREADS, "cpu_fast_path": "true"}
+        return {"log_dir": self.log_dir, "threads": TULIP_THREADS, **SERVED_DEFAULTS}
 
     def rerank(self):
         """(Ivy, Tulip) on a tiny seeded BERT cross-encoder (as the tests

@@ -109,6 +109,31 @@ def test_families_match_float32(family, tmp_path, texts):
         assert_close_vectors(got, _step(exact, seqs, kind)[1])
 
 
+def test_beside_the_fast_path(minilm_dir, st_minilm):
+    """With the twin on, the CPU fast path is off unless given a size
+    (auto: the twin takes small steps too); given one, ONNX Runtime takes
+    the steps up to it and the twin the rest."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from rose.cpufast import FastPathSettings
+
+    auto = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True, cpu_bf16=True)
+    assert auto.runner.fast is None and auto.runner.twin is not None
+    both = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True, cpu_bf16=True,
+                           cpu_fast_path_settings=FastPathSettings(max_tokens=16))
+    assert both.warm_cpu_fast_path() == {16: "ready"}
+    texts = ["What is an embedding?", "how long does sourdough take to rise in a cold kitchen overnight "
+             "before it is baked in a very hot oven"]
+    seqs = st_inputs(st_minilm, texts)
+    assert len(seqs[0]) <= 16 < len(seqs[1])
+    want = st_minilm.encode(texts, convert_to_tensor=True).float()
+    for i, mode in ((0, "replay"), (1, "bf16")):
+        _run_twice(both, seqs[i:i + 1])
+        got_mode, got = _step(both, seqs[i:i + 1])
+        assert got_mode == mode
+        assert_close_vectors(got, want[i:i + 1])
+
+
 def test_gate_refusal_stays_float32(minilm_dir, monkeypatch, caplog):
     """A bucket whose twin output misses the gate runs float32 from then
     on (an unreachable gate, so that every bucket misses it)."""
