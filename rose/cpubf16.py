@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from .attention import AttentionBackend
-from .gated import GatedRuntime, power_of_two_bucket
+from .gated import GatedRuntime, power_of_two_bucket, power_of_two_buckets
 from .interface import Batch, OutputKind
 from .layout import step_inputs
 from .models import packed as packing
@@ -81,12 +81,7 @@ class Bf16Settings:
         return power_of_two_bucket(tokens, self.min_bucket)
 
     def buckets(self) -> list[int]:
-        out, b = [], self.min_bucket
-        while True:
-            out.append(b)
-            if b >= self.warm_tokens:
-                return out
-            b *= 2
+        return power_of_two_buckets(self.min_bucket, self.warm_tokens)
 
 
 class Bf16Twin(GatedRuntime):

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention.base import AttentionBackend, AttnPlan
-from .gated import GatedRuntime, power_of_two_bucket
+from .gated import GatedRuntime, power_of_two_bucket, power_of_two_buckets
 from .interface import Batch, OutputKind
 from .models import EmbeddingModel, StepInputs
 
@@ -113,12 +113,7 @@ class FastPathSettings:
         return power_of_two_bucket(tokens, self.min_bucket)
 
     def buckets(self) -> list[int]:
-        out, b = [], self.min_bucket
-        while True:
-            out.append(b)
-            if b >= self.max_tokens:
-                return out
-            b *= 2
+        return power_of_two_buckets(self.min_bucket, self.max_tokens)
 
 
 class _ExportAttention(AttentionBackend):

@@ -59,6 +59,14 @@ def power_of_two_bucket(tokens: int, min_bucket: int) -> int:
     return b
 
 
+def power_of_two_buckets(min_bucket: int, up_to: int) -> list[int]:
+    """Every bucket from ``min_bucket`` to the one holding ``up_to``."""
+    out = [min_bucket]
+    while out[-1] < up_to:
+        out.append(out[-1] * 2)
+    return out
+
+
 class GatedRuntime:
     """Bucket states, the background builder and the gate of one runtime.
     Subclasses say which steps they take (``key``), build the runtime once

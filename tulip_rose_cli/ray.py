@@ -208,7 +208,8 @@ class RoseEmbedder(_Embedder):
     def __init__(self, model: str, *, kind: str = "dense", column: str = "text", prompt_name: str | None = None,
                  dimensions: int | None = None, truncate: bool = True, strict: bool = False,
                  id_column: str | None = None, error_column: str = "error", token_budget: int = 4096,
-                 device: str = "auto", dtype: str = "auto", threads: int | None = None):
+                 device: str = "auto", dtype: str = "auto", threads: int | None = None,
+                 cpu_bf16: bool | None = None):
         super().__init__(kind, column, strict, id_column, error_column)
         import torch
         from tokenizers import Tokenizer
@@ -219,7 +220,9 @@ class RoseEmbedder(_Embedder):
         if threads:
             torch.set_num_threads(threads)
         path, name = resolve(model)
-        self.engine = Engine.from_dir(path, device=device, dtype=dtype, model_id=name)
+        # cpu_bf16 as Tulip's --cpu-bf16 (None = auto: a CPU with AMX runs
+        # gated steps on the model's bfloat16 twin, docs/latency.md).
+        self.engine = Engine.from_dir(path, device=device, dtype=dtype, model_id=name, cpu_bf16=cpu_bf16)
         info = self.engine.info
         if self.kind not in info.kinds:
             raise ValueError(f"the model {info.model_id} produces {', '.join(info.kinds)}, not {self.kind}")

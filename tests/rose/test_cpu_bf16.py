@@ -18,31 +18,17 @@ import numpy as np
 import pytest
 import torch
 
-from rose import Batch, Engine, cpubf16, gated
+from rose import Engine, cpubf16, gated
 from rose.gated import FIDELITY, State
 from tests.support import models
 from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
+from tests.support.steps import run_twice, step
 
 from .conftest import tokenize
 
 if cpubf16.missing(require_amx=False):
     pytest.skip(f"no bfloat16 twin here: {cpubf16.missing(require_amx=False)}", allow_module_level=True)
-
-
-def _step(engine: Engine, seqs, kind="dense", **options):
-    lazy = engine.step(Batch.from_lists(seqs, kind, **options))
-    try:
-        return lazy.info.mode, lazy.tensor().clone()
-    finally:
-        lazy.release()
-
-
-def _run_twice(engine: Engine, seqs, kind="dense"):
-    """First hit (float32, queues the bucket's gate), the gate, second hit."""
-    first = _step(engine, seqs, kind)
-    assert engine.runner.twin.wait(600)
-    return first, _step(engine, seqs, kind)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +48,7 @@ def test_minilm_buckets_match_sentence_transformers(minilm_twin, st_minilm, text
         want = st_minilm.encode(group, convert_to_tensor=True).float()
         bucket = e.runner.twin.settings.bucket(sum(len(s) for s in seqs))
         cold = e.runner.twin.state(bucket) is State.COLD
-        (mode1, out1), (mode2, out2) = _run_twice(e, seqs)
+        (mode1, out1), (mode2, out2) = run_twice(e, e.runner.twin, seqs)
         assert mode1 == ("eager" if cold else "bf16")
         assert e.runner.twin.state(bucket) is State.READY, e.runner.twin.gates
         assert e.runner.twin.gates[bucket] >= FIDELITY
@@ -78,15 +64,15 @@ def test_options_and_other_outputs(minilm_twin, st_minilm):
     e = minilm_twin
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
     seqs = st_inputs(st_minilm, texts)
-    _run_twice(e, seqs)
-    mode, got = _step(e, seqs, dimensions=[64, 0], normalize=[False, True])
+    run_twice(e, e.runner.twin, seqs)
+    mode, got = step(e, seqs, dimensions=[64, 0], normalize=[False, True])
     assert mode == "bf16"
     full = st_minilm.encode(texts, convert_to_tensor=True, normalize_embeddings=False).float()
     assert torch.count_nonzero(got[0, 64:]) == 0
     assert_close_vectors(got[:1, :64], full[:1, :64])
     assert_close_vectors(got[1:], torch.nn.functional.normalize(full[1:], dim=-1))
     assert torch.allclose(got[1].norm(), torch.tensor(1.0), atol=1e-3)
-    mode, states = _step(e, seqs[:1], "token_states")
+    mode, states = step(e, seqs[:1], "token_states")
     assert mode == "eager" and states.shape == (len(seqs[0]), 384)
 
 
@@ -104,9 +90,9 @@ def test_families_match_float32(family, tmp_path, texts):
     kind = e.runner.twin.kind.value
     for group in (texts[:1], texts[:3], texts[4:12]):
         seqs = tokenize(d, group)
-        _, (mode, got) = _run_twice(e, seqs, kind)
+        _, (mode, got) = run_twice(e, e.runner.twin, seqs, kind)
         assert mode == "bf16", e.runner.twin.gates
-        assert_close_vectors(got, _step(exact, seqs, kind)[1])
+        assert_close_vectors(got, step(exact, seqs, kind)[1])
 
 
 def test_beside_the_fast_path(minilm_dir, st_minilm):
@@ -128,8 +114,8 @@ def test_beside_the_fast_path(minilm_dir, st_minilm):
     assert len(seqs[0]) <= 16 < len(seqs[1])
     want = st_minilm.encode(texts, convert_to_tensor=True).float()
     for i, mode in ((0, "replay"), (1, "bf16")):
-        _run_twice(both, seqs[i:i + 1])
-        got_mode, got = _step(both, seqs[i:i + 1])
+        run_twice(both, both.runner.twin, seqs[i:i + 1])
+        got_mode, got = step(both, seqs[i:i + 1])
         assert got_mode == mode
         assert_close_vectors(got, want[i:i + 1])
 
@@ -141,7 +127,7 @@ def test_gate_refusal_stays_float32(minilm_dir, monkeypatch, caplog):
     e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_bf16=True)
     seqs = [[101, 2054, 2003, 2019, 7861, 8270, 4667, 1029, 102]]
     with caplog.at_level(logging.WARNING, logger="rose.gated"):
-        (m1, out1), (m2, out2) = _run_twice(e, seqs)
+        (m1, out1), (m2, out2) = run_twice(e, e.runner.twin, seqs)
     assert (m1, m2) == ("eager", "eager")
     assert e.runner.twin.state(16) is State.FAILED and e.runner.twin.gates[16] < 1.5
     assert "fails the fidelity gate" in caplog.text
@@ -155,7 +141,7 @@ def test_off_and_refused_mean_float32(minilm_dir, tmp_path):
     e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32")
     assert e.runner.twin is None and e.warm_cpu_bf16() == {}
     seqs = [[101, 2054, 2003, 102]]
-    assert [_step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
+    assert [step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
     r = Engine.from_dir(models.tiny_reranker(tmp_path / "rr"), device="cpu", dtype="float32", cpu_bf16=True)
     assert r.runner.twin is None
 

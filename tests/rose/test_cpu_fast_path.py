@@ -22,6 +22,7 @@ from rose.cpufast import FastPathSettings
 from rose.gated import FIDELITY, State
 from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
+from tests.support.steps import run_twice, step
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -49,21 +50,6 @@ def _texts_of_lengths(st, corpus: list[str], lengths=LENGTHS) -> list[str]:
     return out
 
 
-def _step(engine: Engine, seqs, kind="dense"):
-    lazy = engine.step(Batch.from_lists(seqs, kind))
-    try:
-        return lazy.info.mode, lazy.tensor().clone()
-    finally:
-        lazy.release()
-
-
-def _run_twice(engine: Engine, seqs, kind="dense"):
-    """First hit (eager, queues the bucket's build), the build, second hit."""
-    first = _step(engine, seqs, kind)
-    assert engine.runner.fast.wait(600)
-    return first, _step(engine, seqs, kind)
-
-
 @pytest.fixture(scope="module")
 def minilm_fast(minilm_dir):
     return Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True,
@@ -78,7 +64,7 @@ def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minil
         seqs = st_inputs(st_minilm, [text])
         bucket = SETTINGS.bucket(len(seqs[0]))
         cold = bucket is None or e.runner.fast.state(bucket) is State.COLD
-        (mode1, out1), (mode2, out2) = _run_twice(e, seqs)
+        (mode1, out1), (mode2, out2) = run_twice(e, e.runner.fast, seqs)
         assert mode1 == ("eager" if cold else "replay")  # the first hit of a bucket is eager
         assert_close_vectors(out1, ref.unsqueeze(0))
         if bucket is None:  # beyond --cpu-fast-path-max-tokens: the ragged eager path
@@ -91,7 +77,7 @@ def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minil
     assert e.runner.fast.counts()["ready"] == 4  # 16, 32, 64, 128
     # Several sequences in one small step (Tulip batches concurrent queries).
     seqs = st_inputs(st_minilm, queries[:3])
-    mode, out = _step(e, seqs)
+    mode, out = step(e, seqs)
     assert mode == "replay"
     assert_close_vectors(out, want[:3])
 
@@ -111,7 +97,7 @@ def test_options_and_other_outputs(minilm_fast, st_minilm):
     assert torch.count_nonzero(got[0, 64:]) == 0
     assert_close_vectors(got[:1, :64], full[:1, :64])
     assert_close_vectors(got[1:], torch.nn.functional.normalize(full[1:], dim=-1))
-    mode, states = _step(e, seqs[:1], "token_states")
+    mode, states = step(e, seqs[:1], "token_states")
     assert mode == "eager" and states.shape == (len(seqs[0]), 384)
 
 
@@ -129,21 +115,21 @@ def test_bge_m3_shape_dense_per_bucket(xlmr_dir, texts):
     want = st.encode(queries, convert_to_tensor=True).float()
     for text, ref in zip(queries, want):
         seqs = st_inputs(st, [text])
-        _, (mode, out) = _run_twice(e, seqs)
+        _, (mode, out) = run_twice(e, e.runner.fast, seqs)
         assert mode == "replay", e.runner.fast.gates
         assert_close_vectors(out, ref.unsqueeze(0))
-    mode, out = _step(e, st_inputs(st, queries[:2]))
+    mode, out = step(e, st_inputs(st, queries[:2]))
     assert mode == "replay"
     assert_close_vectors(out, want[:2])
     for kind in ("sparse", "multi_vector"):
-        assert _step(e, st_inputs(st, queries[:1]), kind)[0] == "eager"
+        assert step(e, st_inputs(st, queries[:1]), kind)[0] == "eager"
 
 
 def test_off_means_eager_and_nothing_built(minilm_dir, st_minilm, texts):
     e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32")  # off by default in Python
     assert e.runner.fast is None
     seqs = st_inputs(st_minilm, texts[:1])
-    assert [_step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
+    assert [step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
     assert e.warm_cpu_fast_path() == {}
     assert e.runner.stats.steps["replay"] == 0
 
@@ -216,7 +202,7 @@ def test_warm_splits_buckets_longer_than_the_model_input(tmp_path):
     assert e.info.max_input_length == 32
     assert e.warm_cpu_fast_path() == {16: "ready", 32: "ready", 64: "ready"}
     seqs = [list(range(101, 131)), list(range(201, 229))]
-    mode, got = _step(e, seqs)
+    mode, got = step(e, seqs)
     assert mode == "replay"
     eager = Engine.from_dir(d, device="cpu", dtype="float32")
-    assert_close_vectors(got, _step(eager, seqs)[1])
+    assert_close_vectors(got, step(eager, seqs)[1])
