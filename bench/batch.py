@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from bench import inputs, metrics, plots
-from rose import cpubf16
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
 from bench.clients import http_clients
 from bench.harness import ratio, scaled
@@ -22,6 +21,7 @@ from bench.online import capped_lengths
 from bench.profiling import PerfRecord, perf_table
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
+from rose import cpubf16
 
 TITLE = "Batch embedding of documents: Ivy vs sentence-transformers in-process and Infinity"
 LENGTH = 512

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from .attention import AttentionBackend
+from .config import ModelSpec
 from .gated import GatedRuntime, power_of_two_bucket, power_of_two_buckets
 from .interface import Batch, OutputKind
 from .layout import step_inputs
@@ -69,7 +69,7 @@ class Bf16Settings:
     """Which steps the twin takes."""
 
     min_bucket: int = 16
-    # The largest bucket ``Engine.warm_cpu_fast_path`` builds; larger steps
+    # The largest bucket ``Engine.warm_cpu_bf16`` builds; larger steps
     # still run on the twin once their own bucket is gated.
     warm_tokens: int = 4096
 
@@ -83,6 +83,10 @@ class Bf16Settings:
     def buckets(self) -> list[int]:
         return power_of_two_buckets(self.min_bucket, self.warm_tokens)
 
+    def warm_steps(self) -> list[int]:
+        """Step sizes (tokens) that reach every bucket up to ``warm_tokens``."""
+        return self.buckets()
+
 
 class Bf16Twin(GatedRuntime):
     """The bfloat16 copy of one model and its buckets' states."""
@@ -90,10 +94,10 @@ class Bf16Twin(GatedRuntime):
     label = "bfloat16 twin"
     nice = 10
 
-    def __init__(self, model_dir: Path, kind: OutputKind, backend: AttentionBackend,
+    def __init__(self, spec: ModelSpec, kind: OutputKind, backend: AttentionBackend,
                  settings: Bf16Settings | None = None):
         super().__init__(kind)
-        self.model_dir = Path(model_dir)
+        self.spec = spec
         self.backend = backend
         self.settings = settings or Bf16Settings()
 
@@ -103,16 +107,13 @@ class Bf16Twin(GatedRuntime):
         return self.settings.bucket(batch.layout.tokens)
 
     def _load(self):
-        from .config import ModelSpec
-        from .engine import load_model
+        from .engine import load_model  # the engine imports this module
 
-        model = load_model(ModelSpec.from_dir(self.model_dir), self.backend).to(torch.bfloat16)
+        model = load_model(self.spec, self.backend).to(torch.bfloat16)
         packing.pack_linears(model)
         return model
 
     def _execute(self, batch: Batch) -> torch.Tensor:
-        # The gate runs on the builder thread, outside the host's inference mode.
-        with torch.inference_mode():
-            lengths = batch.lengths
-            x = step_inputs(batch.arena, batch.layout, self.backend, self._runtime.causal, lengths, max(lengths))
-            return self._runtime(batch.kind, x).float()
+        lengths = batch.lengths
+        x = step_inputs(batch.arena, batch.layout, self.backend, self._runtime.causal, lengths, max(lengths))
+        return self._runtime(batch.kind, x).float()

@@ -115,6 +115,11 @@ class FastPathSettings:
     def buckets(self) -> list[int]:
         return power_of_two_buckets(self.min_bucket, self.max_tokens)
 
+    def warm_steps(self) -> list[int]:
+        """Step sizes (tokens) that reach every bucket: the last one's is
+        ``max_tokens`` when that is not a power of two."""
+        return [min(b, self.max_tokens) for b in self.buckets()]
+
 
 class _ExportAttention(AttentionBackend):
     """One SDPA call over the flat axis with the block-diagonal mask the
@@ -248,9 +253,7 @@ def _feed(batch: Batch) -> dict[str, np.ndarray]:
 
 
 class CpuFastPath(GatedRuntime):
-    """The ONNX Runtime session of one model and its buckets' states.
-    ``lookup`` and ``offer`` are the request path's only calls: neither
-    ever waits for a build."""
+    """The ONNX Runtime session of one model and its buckets' states."""
 
     label = "CPU fast path"
 

@@ -21,7 +21,7 @@ from .cpubf16 import TWIN_KINDS, Bf16Settings, Bf16Twin
 from .cpubf16 import missing as cpu_bf16_missing
 from .cpufast import CpuFastPath, FastPathSettings
 from .cpufast import missing as cpu_fast_path_missing
-from .gated import GatedRuntime
+from .gated import GatedRuntime, State
 from .graphs import GraphKey, GraphSettings
 from .models import EmbeddingModel, attn_shape, build_model
 from .models import packed as packing
@@ -120,22 +120,27 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise ValueError(f"dtype {dtype!r} is not one of auto, {', '.join(_DTYPES)}") from None
 
 
-def _fast_path_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> str | None:
-    """Why the CPU fast path does not apply to this engine, or None."""
+def _cpu_float32_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why a gated CPU runtime (fast path, bfloat16 twin) cannot stand in
+    for this engine's steps, or None."""
     if device.type != "cpu" or dtype != torch.float32:
-        return f"it runs float32 CPU steps only (this engine: {dtype} on {device})"
+        return f"it takes float32 CPU steps only (this engine: {dtype} on {device})"
     if spec.model_type == "null":
         return "the null model computes nothing"
-    return cpu_fast_path_missing()
+    return None
+
+
+def _fast_path_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the CPU fast path does not apply to this engine, or None."""
+    return _cpu_float32_refusal(spec, device, dtype) or cpu_fast_path_missing()
 
 
 def _twin_refusal(spec: ModelSpec, device: torch.device, dtype: torch.dtype, packed: int, kind: OutputKind,
                   require_amx: bool) -> str | None:
     """Why the bfloat16 twin does not apply to this engine, or None."""
-    if device.type != "cpu" or dtype != torch.float32:
-        return f"it runs beside a float32 CPU model only (this engine: {dtype} on {device})"
-    if spec.model_type == "null":
-        return "the null model computes nothing"
+    why = _cpu_float32_refusal(spec, device, dtype)
+    if why is not None:
+        return why
     if not packed:
         return "it needs the packed linear layers (--cpu-packed-linear)"
     if kind not in TWIN_KINDS:
@@ -223,7 +228,7 @@ class Engine:
         if cpu_bf16 is not False:
             why = _twin_refusal(spec, dev, dt, packed, model.kinds[0], require_amx=cpu_bf16 is None)
             if why is None:
-                twin = Bf16Twin(spec.path, model.kinds[0], backend, cpu_bf16_settings)
+                twin = Bf16Twin(spec, model.kinds[0], backend, cpu_bf16_settings)
             else:
                 log.info("bfloat16 steps off: %s", why)
         fast = None
@@ -237,7 +242,7 @@ class Engine:
                 why = ("the bfloat16 twin takes small steps too (fewer threads to wake per query; "
                        "--cpu-fast-path-max-tokens N gives steps of up to N tokens to ONNX Runtime)")
             if why is None:
-                fast = CpuFastPath(spec.path, model.kinds[0], model.dimension, settings.resolved())
+                fast = CpuFastPath(spec.path, model.kinds[0], model.dimension, settings)
             else:
                 log.info("CPU fast path off: %s", why)
         return cls(spec, model, dev, dt, backend, graphs, graph_settings, static_on_cpu, fast, twin)
@@ -253,25 +258,19 @@ class Engine:
         return self._warm(self.runner.twin, timeout) if self.runner.twin is not None else {}
 
     def _warm(self, runtime: GatedRuntime, timeout: float) -> dict[int, str]:
-        settings = runtime.settings
-        limit = getattr(settings, "max_tokens", None)
-        for bucket in settings.buckets():
-            tokens = min(bucket, limit) if limit else bucket
-            if runtime.state(settings.bucket(tokens)).value != "cold":
-                continue
-            span = max(min(1000, self.info.vocab_size - 5), 1)
+        span = max(min(1000, self.info.vocab_size - 5), 1)
+        for tokens in runtime.settings.warm_steps():
             ids = [5 + (i * 7919) % span for i in range(tokens)]  # clear of special and padding ids
             # A bucket counts the step's tokens: a model whose inputs are
             # shorter than the bucket (128-token multilingual MiniLM, 256
             # bucket) warms it with several sequences.
             longest = max(self.info.max_input_length, 1)
-            seqs = [ids[i:i + longest] for i in range(0, tokens, longest)]
-            if len(seqs) > getattr(settings, "max_sequences", len(seqs)):
-                continue
-            out = self.step(Batch.from_lists(seqs, runtime.kind))
-            out.release()
+            batch = Batch.from_lists([ids[i:i + longest] for i in range(0, tokens, longest)], runtime.kind)
+            bucket = runtime.key(batch)  # None: more sequences than the runtime takes
+            if bucket is not None and runtime.state(bucket) is State.COLD:
+                self.step(batch).release()
         runtime.wait(timeout)
-        return {b: runtime.state(b).value for b in settings.buckets()}
+        return {b: runtime.state(b).value for b in runtime.settings.buckets()}
 
     def step(self, batch: Batch) -> LazyTensor:
         """Runs one batch. Returns at once; the result is on the host when

@@ -12,12 +12,14 @@ calls ``run`` and ``offer``, and neither ever waits for a build.
 
 from __future__ import annotations
 
+import abc
 import enum
 import logging
 import os
 import queue
 import threading
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -67,10 +69,11 @@ def power_of_two_buckets(min_bucket: int, up_to: int) -> list[int]:
     return out
 
 
-class GatedRuntime:
+class GatedRuntime(abc.ABC):
     """Bucket states, the background builder and the gate of one runtime.
     Subclasses say which steps they take (``key``), build the runtime once
-    (``_load``) and run a step on it (``_execute``)."""
+    (``_load``) and run a step on it (``_execute``); their ``settings``
+    give ``warm_steps()``, the step sizes that reach every bucket."""
 
     label = "runtime"  # how the log names it
     nice = 0  # the builder thread's niceness: behind the server's own steps
@@ -86,27 +89,24 @@ class GatedRuntime:
         self.build_seconds = 0.0
         self.gates: dict[int, float] = {}  # bucket -> min cosine at its gate
 
+    @abc.abstractmethod
     def key(self, batch: Batch) -> int | None:
         """The bucket of a step this runtime may take, or None."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _load(self):
         """Builds the runtime (once, on the builder thread)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _execute(self, batch: Batch) -> torch.Tensor:
         """Runs one step on the built runtime: float32 rows on the host."""
-        raise NotImplementedError
 
     def state(self, bucket: int) -> State:
         return self._states.get(bucket, State.COLD)
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            out = {s.value: 0 for s in State}
-            for s in self._states.values():
-                out[s.value] += 1
-            return out
+            return {s.value: 0 for s in State} | Counter(s.value for s in self._states.values())
 
     def run(self, bucket: int, batch: Batch) -> torch.Tensor | None:
         """The step's output on the runtime when its bucket is ready, else
@@ -180,7 +180,8 @@ class GatedRuntime:
         if self._runtime is None:
             self._set(bucket, State.FAILED)
             return
-        got = self._execute(sample)
+        with torch.inference_mode():  # the host's threads have it on for good; this one has not
+            got = self._execute(sample)
         cos = min_cosine(got.float().numpy(), want.float().numpy())
         self.gates[bucket] = cos
         if cos >= FIDELITY:

@@ -69,7 +69,6 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
-        self.dtype = weight.dtype
         # Not a parameter or buffer: module machinery (``.to``, state dicts)
         # does not handle oneDNN's layout, and the model is final by now.
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
@@ -83,8 +82,6 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        if rows.dtype != self.dtype:  # oneDNN takes one type for both operands
-            rows = rows.to(self.dtype)
         n = rows.shape[0]
         padded = padded_rows(n)
         if padded != n:
