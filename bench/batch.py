@@ -21,7 +21,7 @@ from bench.online import capped_lengths
 from bench.profiling import PerfRecord, perf_table
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
-from rose import cpubf16
+from rose.cpu import bf16
 
 TITLE = "Batch embedding of documents: Ivy vs sentence-transformers in-process and Infinity"
 LENGTH = 512
@@ -32,7 +32,7 @@ def run(stack: Stack, clients: int = 4, requests: int = 1, batch: int = 100, rou
     notes: list[str] = []
     # Where the bfloat16 twin serves (auto: CPUs with AMX), the same stack
     # with it off, so that what it adds is measured in the same run.
-    f32 = stack.float32_ivy() if cpubf16.missing(require_amx=True) is None else None
+    f32 = stack.float32_ivy() if bf16.missing(require_amx=True) is None else None
     ort = stack.onnxruntime_or_note(notes)
     inf = stack.infinity_or_note(notes)
     (length,), capped = capped_lengths([LENGTH], stack.max_length)

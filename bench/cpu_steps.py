@@ -1,8 +1,8 @@
 """Step time per token bucket, in-process, on the CPU: ROSE's eager step
 (as Tulip runs it: packed linear layers, one thread below 32 tokens)
 against the CPU fast path (ONNX Runtime on ROSE's own export,
-``rose/cpufast.py``) and, where the CPU has bfloat16 arithmetic, the
-bfloat16 twin (``rose/cpubf16.py``), interleaved step by step on real text
+``rose/cpu/onnx.py``) and, where the CPU has bfloat16 arithmetic, the
+bfloat16 twin (``rose/cpu/bf16.py``), interleaved step by step on real text
 of each bucket's size, batch 1, plus one step of 4 queries and two large
 steps of 16 documents (fewer rounds); beside them, when
 the ``onnxruntime`` side loads, ONNX Runtime on the ``transformers`` export
@@ -55,27 +55,30 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
     import torch
 
     from rose import Batch, Engine
+    from rose.cpu import Bf16Settings, OnnxSettings
 
     torch.set_num_threads(stack.threads)
     eager = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32")
     rss_before = _rss_mb()
-    fast = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32", cpu_fast_path=True)
-    if fast.runner.fast is None:
+    fast = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32", cpu_runtimes=[OnnxSettings()])
+    onnx = fast.runner.runtime("onnx")
+    if onnx is None:
         raise RuntimeError("the CPU fast path is unavailable here (pip install 'tulip-rose[cpu-fast]')")
     started = time.perf_counter()
-    states = fast.warm_cpu_fast_path()
+    states = fast.warm()["onnx"]
     warm_s = time.perf_counter() - started
     rss_after = _rss_mb()
     notes: list[str] = []
     # Forced on (not auto), so that a CPU with AVX-512 BF16 but no AMX is
     # measured too; absent where the CPU has no bfloat16 arithmetic at all.
-    twin = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32", cpu_bf16=True)
+    twin = Engine.from_dir(stack.model_dir, device="cpu", dtype="float32",
+                           cpu_runtimes=[Bf16Settings(require_amx=False)])
     twin_states: dict[int, str] = {}
-    if twin.runner.twin is None:
-        notes.append("bf16 twin not measured: this CPU or PyTorch has no bfloat16 matmuls (rose/cpubf16.py)")
+    if twin.runner.runtime("bf16") is None:
+        notes.append("bf16 twin not measured: this CPU or PyTorch has no bfloat16 matmuls (rose/cpu/bf16.py)")
         twin = None
     else:
-        twin_states = twin.warm_cpu_bf16()
+        twin_states = twin.warm()["bf16"]
 
     max_len = min(stack.max_length, max(TOKENS))
     steps = {f"1 x {n}": [stack.ids(inputs.text_of_tokens(stack.model_dir, min(n, max_len)))] for n in TOKENS}
@@ -123,7 +126,7 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
     for name, seqs in steps.items():
         e, f = stats[(name, "eager")], stats[(name, "fast path")]
         tokens = sum(len(s) for s in seqs)
-        bucket = fast.runner.fast.settings.bucket(tokens)
+        bucket = onnx.settings.bucket(tokens)
         r = ratio(e.p50, f.p50)
         o = stats.get((name, "onnxruntime"))
         b = stats.get((name, "bf16 twin"))
@@ -137,8 +140,8 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
                               "eager_over_bf16_p50": ratio(e.p50, b.p50)} if b else {}),
                           **({"onnxruntime": o.to_dict(), "fast_over_onnxruntime_p50": ratio(f.p50, o.p50)}
                              if o else {})})
-    gates = {str(b): round(c, 6) for b, c in fast.runner.fast.gates.items()}
-    twin_gates = {str(b): round(c, 6) for b, c in twin.runner.twin.gates.items()} if twin else {}
+    gates = {str(b): round(c, 6) for b, c in onnx.gates.items()}
+    twin_gates = {str(b): round(c, 6) for b, c in twin.runner.runtime("bf16").gates.items()} if twin else {}
     data = {"params": {"rounds": rounds, "warmup": warmup, "threads": stack.threads, "model_dir": stack.model_dir,
                        "dtype": "float32", "order": "shuffled every round"},
             "steps": data_rows, "bucket_states": {str(b): s for b, s in states.items()}, "gates_min_cosine": gates,
@@ -151,9 +154,9 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20) -> tuple[dict, str]:
         f"In-process, {rounds} interleaved rounds after {warmup} warm-up rounds (the large steps: every "
         f"{LARGE_ROUNDS_DIVISOR}th round, no warm-up rounds), threads = {stack.threads}. "
         "Eager: ROSE's float32 ragged step as Tulip runs it; fast path: the same engine API with the CPU fast "
-        "path (ONNX Runtime, float32) built and gated for every bucket first (`Engine.warm_cpu_fast_path`), "
+        "path (ONNX Runtime, float32) built and gated for every bucket first (`Engine.warm`), "
         "eager above its 256 tokens; bf16 twin: the same with the bfloat16 twin instead, every bucket up to 4096 "
-        "tokens gated first (`Engine.warm_cpu_bf16`).\n",
+        "tokens gated first (`Engine.warm`).\n",
         table(["step", "tokens", "bucket", "fast path ran as", "eager p50 ms", "fast p50 ms", "eager / fast"]
               + (["bf16 p50 ms", "eager / bf16", "bf16 ran as"] if twin else [])
               + (["onnxruntime p50 ms", "fast / onnxruntime"] if ort else []), rows),

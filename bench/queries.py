@@ -62,7 +62,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     lat = interleave(sides, rounds, 0, seed=1)
     after = metrics.parse(stack.tulip().metrics())
     stages = metrics.stage_means(before, after)
-    fast_steps = _steps(after, "replay") - _steps(before, "replay")
+    fast_steps = _steps(after, "onnx") - _steps(before, "onnx")
     twin_steps = _steps(after, "bf16") - _steps(before, "bf16")
     stats = {k: Stats.of(v) for k, v in lat.items()}
     # As a server answering a stream of queries sees them: runs of
@@ -123,7 +123,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
           table(["side", "count", "p50 ms", "p90 ms", "p99 ms", "mean ms"],
                 [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in streamed.items()]),
           f"\nTulip ran {fast_steps:.0f} of the {rounds} timed Ivy requests' steps on the CPU fast path "
-          f"(ONNX Runtime, `tulip_steps_total{{mode=\"replay\"}}`) and {twin_steps:.0f} on the bfloat16 twin "
+          f"(ONNX Runtime, `tulip_steps_total{{mode=\"onnx\"}}`) and {twin_steps:.0f} on the bfloat16 twin "
           "(`mode=\"bf16\"`: `--cpu-bf16 auto`, where the CPU has AMX; it then takes small steps too).\n",
           "\nRatios of p50:\n",
           table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
@@ -137,7 +137,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
 
 
 def _steps(parsed, mode: str) -> float:
-    """Steps Tulip ran in a mode (the CPU fast path's are replays)."""
+    """Steps Tulip ran in a mode (the CPU fast path's are `onnx`)."""
     return sum(v for k, v in parsed.items() if k.startswith("tulip_steps_total") and f'mode="{mode}"' in k)
 
 

@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .errors import DeviceError, is_sticky_cuda_error
-from .pinned import PinnedPool
+
+if TYPE_CHECKING:  # the pool is handed in; this module needs only its release()
+    from .step.staging import PinnedPool
 
 # Seconds a Python-side wait may take (the same variable bounds Tulip's).
 SYNC_TIMEOUT_S = float(os.environ.get("TULIP_EVENT_TIMEOUT_S") or 120)

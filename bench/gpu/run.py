@@ -113,7 +113,7 @@ def graph_configurations(sizes: Sizes, max_tokens: int = 8192, max_sequences: in
 def fitting(configs: list[str], max_length: int) -> list[str]:
     """The configurations whose capture batch (the bucket's tokens spread
     over its sequences) a model of ``max_length`` accepts."""
-    from rose.graphs import GraphKey, GraphSettings
+    from rose.step.graphs import GraphKey, GraphSettings
 
     settings, out = GraphSettings(), []
     for text in configs:

@@ -1,5 +1,5 @@
 """Linear layers with weights packed once for oneDNN, for float32 on the
-CPU (and bfloat16, the twin of ``rose/cpubf16.py``, which oneDNN runs on
+CPU (and bfloat16, the twin of ``rose/cpu/bf16.py``, which oneDNN runs on
 AMX tiles where the CPU has them).
 
 PyTorch's CPU ``linear`` goes through a BLAS ``sgemm`` that repacks the

@@ -97,7 +97,7 @@ def _cmdline(proc: Path) -> str:
 
 def test_graph_configurations_fall_in_the_buckets_of_the_charts_batches():
     from bench.gpu.run import Sizes, graph_configurations
-    from rose.graphs import GraphKey, GraphSettings
+    from rose.step.graphs import GraphKey, GraphSettings
 
     settings, sizes = GraphSettings(), Sizes(dry=False)
     configs = graph_configurations(sizes)
@@ -119,7 +119,7 @@ def test_the_captured_configurations_run_on_the_static_path(tmp_path):
     model's length allows is accepted and warmed up then captured."""
     from bench.gpu.run import Sizes, fitting, graph_configurations
     from rose import Engine
-    from rose.graphs import GraphSettings, State
+    from rose.step.graphs import GraphSettings, State
     from tests.support.models import tiny_bert
 
     bert_dir = tiny_bert(tmp_path / "bert")

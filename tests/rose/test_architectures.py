@@ -131,12 +131,12 @@ def test_modernbert_dense(modernbert_dir, texts):
 def _hidden(e: Engine, seqs) -> torch.Tensor:
     """The engine model's last hidden states [T, H] for a ragged batch."""
     from rose.interface import Batch
-    from rose.layout import step_inputs
+    from rose.step.inputs import step_inputs
 
     b = Batch.from_lists(seqs)
     lengths = b.lengths
     with torch.inference_mode():
-        x = step_inputs(b.arena, b.layout, e.runner.backend, e.model.causal, lengths, max(lengths))
+        x = step_inputs(b.arena, b.layout, e.backend, e.model.causal, lengths, max(lengths))
         return e.model.encode(x)
 
 

@@ -144,7 +144,7 @@ def test_steps_queue_on_one_stream_and_the_log_shows_them(tmp_path):
     assert busy_fraction(steps) == pytest.approx(1.0)
     for lazy in (first, second):
         lazy.release()
-    assert engine.runner.pool.in_use == 0
+    assert engine.runner.device.pool.in_use == 0
 
 
 def test_faults_take_the_cuda_error_paths(tmp_path):

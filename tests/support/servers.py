@@ -20,10 +20,20 @@ TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 IVY_BIN = Path(os.environ.get("IVY_BIN", TARGET_DIR / "dist" / "ivy"))
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this process: the
+    kernel may give a just-closed port again, and a process's two ports
+    (gRPC and metrics) must differ."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def wait_for(predicate, what: str, timeout: float = 60.0, every: float = 0.1):

@@ -102,7 +102,7 @@ def test_rust_waits_on_a_torch_event_from_another_thread_without_the_gil():
     from tulip._native import wait_event
 
     from rose.lazy import LazyTensor
-    from rose.pinned import PinnedPool
+    from rose.step.staging import PinnedPool
 
     a = torch.randn(4096, 4096, device="cuda")
     for _ in range(40):  # long enough that the wait really waits

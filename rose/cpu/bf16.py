@@ -3,20 +3,15 @@ its linear layers packed for oneDNN, which multiplies bfloat16 on AMX
 tiles where the CPU has them (Intel Sapphire Rapids and later).
 
 Why: a large CPU step is matmuls, and float32 matmuls already run near
-the cores' FMA peak (~330 GFLOP/s on 2 cores of the Intel Xeon
-development VM, packed or MKL). The same matmuls in bfloat16 on AMX ran at
-2.2-2.9 TFLOP/s there. Whole steps, in-process, 2 threads, against the
-float32 eager step (packed linear layers): a 26 x 128-token XLM-R step
-(multilingual MiniLM's shape) 677 -> 189 ms, an all-MiniLM-L6-v2 step of
-16 x 256 tokens 486 -> 126 ms, of 1 x 60 tokens 10 -> 4.6 ms; the lowest
-row cosine against float32 on those steps was 0.99987. Attention, GELU
+the cores' FMA peak; on AMX the same matmuls in bfloat16 run several
+times faster (measured per step in ``docs/latency.md``). Attention, GELU
 and the norms run in bfloat16 too, on PyTorch's vectorised kernels.
 
-How: as the CPU fast path (``rose/gated.py``): the steps of an embedder's
+How, as every gated runtime (``gated.py``): the steps of an embedder's
 primary output (dense, or SPLADE's vocabulary weights: vectors, which a
-cosine can judge) fall into power-of-two token buckets; a bucket's first step
-runs in float32 and is kept; a background thread (niced) builds the twin
-once (the model loaded again, cast and packed: the tested ``--dtype
+cosine can judge) fall into power-of-two token buckets; a bucket's first
+step runs in float32 and is kept; a background thread (niced) builds the
+twin once (the model loaded again, cast and packed: the tested ``--dtype
 bfloat16`` path) and gates the bucket against that float32 output (cosine
 0.999 on every row). A bucket that passes runs on the twin. Costs: the
 twin's weights (half the float32 model's size), and nothing on a CPU or a
@@ -25,19 +20,15 @@ model where it is off.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
 
-from .attention import AttentionBackend
-from .config import ModelSpec
-from .gated import GatedRuntime, power_of_two_bucket, power_of_two_buckets
-from .interface import Batch, OutputKind
-from .layout import step_inputs
-from .models import packed as packing
-
-log = logging.getLogger("rose.cpubf16")
+from ..interface import Batch, OutputKind
+from ..models import packed as packing
+from ..models.load import load_model
+from ..step.inputs import step_inputs
+from .gated import Context, GatedRuntime, float32_cpu_refusal, power_of_two_bucket, power_of_two_buckets
 
 # Outputs whose rows are vectors, which the gate's cosine judges. A
 # cross-encoder's logits (score, classify) are not: in bfloat16 they moved
@@ -68,9 +59,12 @@ def missing(require_amx: bool) -> str | None:
 class Bf16Settings:
     """Which steps the twin takes."""
 
+    # Only where the CPU has AMX (Tulip's --cpu-bf16 auto); False: wherever
+    # it has bfloat16 arithmetic (--cpu-bf16 true).
+    require_amx: bool = True
     min_bucket: int = 16
-    # The largest bucket ``Engine.warm_cpu_bf16`` builds; larger steps
-    # still run on the twin once their own bucket is gated.
+    # The largest bucket ``Engine.warm`` builds; larger steps still run on
+    # the twin once their own bucket is gated.
     warm_tokens: int = 4096
 
     def __post_init__(self):
@@ -91,15 +85,27 @@ class Bf16Settings:
 class Bf16Twin(GatedRuntime):
     """The bfloat16 copy of one model and its buckets' states."""
 
-    label = "bfloat16 twin"
+    name = "bf16"
+    title = "bfloat16 steps"
     nice = 10
+    Settings = Bf16Settings
 
-    def __init__(self, spec: ModelSpec, kind: OutputKind, backend: AttentionBackend,
-                 settings: Bf16Settings | None = None):
-        super().__init__(kind)
-        self.spec = spec
-        self.backend = backend
-        self.settings = settings or Bf16Settings()
+    @classmethod
+    def refusal(cls, ctx: Context, settings: Bf16Settings, beside: tuple[str, ...]) -> str | None:
+        why = float32_cpu_refusal(ctx)
+        if why is not None:
+            return why
+        if not ctx.packed:
+            return "it needs the packed linear layers (--cpu-packed-linear)"
+        if ctx.kind not in TWIN_KINDS:
+            return (f"its gate judges vectors by cosine, and this model's {ctx.kind.value} output is not one (a "
+                    "cross-encoder's logits stay float32)")
+        return missing(settings.require_amx)
+
+    def __init__(self, ctx: Context, settings: Bf16Settings | None = None):
+        super().__init__(ctx, settings or Bf16Settings())
+        self.spec = ctx.spec
+        self.backend = ctx.backend
 
     def key(self, batch: Batch) -> int | None:
         if batch.kind is not self.kind:
@@ -107,8 +113,6 @@ class Bf16Twin(GatedRuntime):
         return self.settings.bucket(batch.layout.tokens)
 
     def _load(self):
-        from .engine import load_model  # the engine imports this module
-
         model = load_model(self.spec, self.backend).to(torch.bfloat16)
         packing.pack_linears(model)
         return model

@@ -17,7 +17,7 @@ import enum
 import threading
 from dataclasses import dataclass
 
-from .interface import OutputKind
+from ..interface import OutputKind
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .attention import AttentionBackend
-from .interface import Batch, Layout, OutputKind
-from .models import StepInputs
+from ..attention import AttentionBackend
+from ..interface import Batch, Layout, OutputKind
+from ..models import StepInputs
 
 
 def resolve_defaults(batch: Batch, dimension: int, normalize_default: bool) -> None:
