@@ -3,9 +3,13 @@ runner, the dispatcher's configurations (warm-up, capture, replay; padded
 buckets), the staging buffers from the pool, the output buffers and the
 LazyTensor are the ones a GPU step uses. Only what happens on the device
 is modelled: a forward or a graph replay queues a step on the modelled
-stream (``stream.py``), whose event completes at the step's modelled end,
-and the output rows are synthesised (``outputs.py``) into a buffer from
-the pool, as the device-to-host copy would fill it.
+stream (``stream.py``), whose event completes at the step's modelled end
+(its copies included), and the output rows are synthesised
+(``outputs.py``) into a buffer from the pool, where the device-to-host
+copy puts them on a GPU. The rows are written on the launching thread,
+within the launch's modelled host time (``--sim-launch-us``): a second
+Python thread writing them would take the GIL from the host's own steps,
+which a GPU's copy engine never does.
 
 What cannot be the same without a GPU is listed in one place,
 ``docs/simulated-device.md``.
@@ -14,7 +18,6 @@ What cannot be the same without a GPU is listed in one place,
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 import torch
 
@@ -23,16 +26,8 @@ from ..lazy import LazyTensor, StepInfo
 from ..step.device import Call
 from ..step.inputs import repack
 from ..step.staging import PinnedPool
-from .events import SimEvent
 from .outputs import OutputSynth
-from .stream import SimStream
-
-
-@dataclass(frozen=True)
-class _Launched:
-    """A step on the modelled stream: its output is its event."""
-
-    event: SimEvent
+from .stream import Launch, SimStream
 
 
 class _Graph:
@@ -65,28 +60,32 @@ class SimDevice:
         # The staging buffer is packed as on CUDA; the copy to the device is
         # the modelled step's business (its arena is never read).
         staging = self.pool.acquire(layout.size * 4)
-        host = staging.view(torch.int32)[: layout.size]
+        host = staging.np_words
         if layout == batch.layout:
-            host.copy_(batch.arena[: layout.size])
+            host[: layout.size] = batch.numpy()[: layout.size]
         else:
             repack(batch, layout, host, dimension)
         return host, (staging,)
 
-    def forward(self, call: Call) -> _Launched:
-        return _Launched(self.stream.launch(call.lengths, call.layout.sequences))
+    def forward(self, call: Call) -> Launch:
+        rows, cols = self.synth.shape(call.batch)
+        copied = (call.layout.size + rows * cols) * 4  # the arena in, the rows out
+        return self.stream.launch(call.lengths, call.layout.sequences, copied)
 
     def capture(self, call: Call):
         return _Graph(), None
 
-    def replay(self, graph, out, call: Call) -> _Launched:
+    def replay(self, graph, out, call: Call) -> Launch:
         return self.forward(call)
 
-    def download(self, out: _Launched, call: Call, staging, info: StepInfo) -> LazyTensor:
+    def download(self, out: Launch, call: Call, staging, info: StepInfo) -> LazyTensor:
         rows, cols = self.synth.shape(call.batch)
         buf = self.pool.acquire(max(rows * cols, 1) * 4)
-        host = buf.view(torch.float32)
-        self.synth.fill(call.batch, host.numpy())
-        return LazyTensor(host, rows, cols, event=out.event, pool=self.pool, buffers=(buf, *staging), info=info)
+        if not out.event.code:  # a failed step has no rows
+            self.synth.fill(call.batch, buf.np_floats)
+        out.event.written()
+        self.stream.landed(out)
+        return LazyTensor.staged(buf, rows, cols, out.event, self.pool, staging, info)
 
     def is_sticky(self, e: BaseException) -> bool:
         return is_sticky_cuda_error(e)

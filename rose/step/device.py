@@ -13,7 +13,6 @@ device modelled).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -24,22 +23,25 @@ from ..interface import Batch, Layout, OutputKind
 from ..lazy import LazyTensor, StepInfo
 from ..models import EmbeddingModel
 from .inputs import repack, rows_for, step_inputs
-from .staging import PinnedPool
+from .staging import Buffer, PinnedPool
 
 
-@dataclass(frozen=True)
 class Call:
     """One forward pass as a device runs it: ``arena`` (on the device) laid
     out as ``layout``, the host-side segment ``lengths`` (the filler segment
     of a padded step included) and the longest, and the step's ``batch``
-    as the host sent it (unpadded)."""
+    as the host sent it (unpadded). A plain class: a frozen dataclass costs
+    a setattr call per field, on every step."""
 
-    kind: OutputKind
-    arena: torch.Tensor
-    layout: Layout
-    lengths: list[int]
-    max_seqlen: int
-    batch: Batch
+    __slots__ = ("kind", "arena", "layout", "lengths", "max_seqlen", "batch")
+
+    def __init__(self, kind: OutputKind, arena, layout: Layout, lengths: list[int], max_seqlen: int, batch: Batch):
+        self.kind = kind
+        self.arena = arena
+        self.layout = layout
+        self.lengths = lengths
+        self.max_seqlen = max_seqlen
+        self.batch = batch
 
 
 class Device(Protocol):
@@ -64,7 +66,7 @@ class Device(Protocol):
         """A configuration's static int32 arena on the device."""
 
     def upload(self, batch: Batch, layout: Layout, dest: torch.Tensor | None,
-               dimension: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+               dimension: int) -> tuple[torch.Tensor, tuple[Buffer, ...]]:
         """The batch's arena on the device, padded to ``layout`` when that
         is larger, in ``dest`` when given; with the staging buffers to keep
         until the step's output is on the host."""
@@ -79,7 +81,7 @@ class Device(Protocol):
     def replay(self, graph: object, out: torch.Tensor | None, call: Call) -> torch.Tensor:
         """Replays a captured graph; its output."""
 
-    def download(self, out: torch.Tensor, call: Call, staging: tuple[torch.Tensor, ...],
+    def download(self, out: torch.Tensor, call: Call, staging: tuple[Buffer, ...],
                  info: StepInfo) -> LazyTensor:
         """The real rows of ``out`` on their way to the host."""
 
@@ -121,13 +123,12 @@ class CudaDevice:
 
     def upload(self, batch, layout, dest, dimension):
         staging = self.pool.acquire(layout.size * 4)
-        host = staging.view(torch.int32)[: layout.size]
         if layout == batch.layout:
-            host.copy_(batch.arena[: layout.size])
+            staging.np_words[: layout.size] = batch.numpy()[: layout.size]
         else:
-            repack(batch, layout, host, dimension)
+            repack(batch, layout, staging.np_words, dimension)
         arena = dest if dest is not None else torch.empty(layout.size, dtype=torch.int32, device=self.torch_device)
-        arena.copy_(host, non_blocking=True)
+        arena.copy_(staging.words[: layout.size], non_blocking=True)
         return arena, (staging,)
 
     def forward(self, call: Call) -> torch.Tensor:

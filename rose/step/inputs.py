@@ -9,6 +9,8 @@ rows, where it is discarded.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -31,32 +33,39 @@ def resolve_defaults(batch: Batch, dimension: int, normalize_default: bool) -> N
         norm[norm < 0] = int(normalize_default)
 
 
-def repack(batch: Batch, layout: Layout, out: torch.Tensor, dimension: int) -> None:
+def repack(batch: Batch, layout: Layout, out: torch.Tensor | np.ndarray, dimension: int) -> None:
     """Writes ``batch`` padded to ``layout`` (one filler segment at the end)
     into the host int32 arena ``out``. NumPy, not torch: this runs on the
-    request path, and NumPy's per-call cost on tiny arrays is far lower."""
-    src = batch.layout.offsets
-    dst = layout.offsets
-    a = batch.arena.numpy()
-    b = out.numpy()
-    n, t_real, t = layout.sequences, layout.real_tokens, layout.tokens
+    request path, and NumPy's per-call cost on tiny arrays is far lower;
+    the filler and every offset come from a plan made once per shape."""
+    template, copies = _plan(batch.layout, layout, dimension)
+    a = batch.numpy()
+    b = out if isinstance(out, np.ndarray) else out.numpy()
+    b[: template.size] = template
+    for (do, de), (so, se) in copies:
+        b[do:de] = a[so:se]
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(src: Layout, dst: Layout, dimension: int) -> tuple[np.ndarray, tuple]:
+    """What ``repack`` writes for a batch of layout ``src`` padded to
+    ``dst``: the arena with every filler value in place (``template``), and
+    the (destination, source) word ranges that take the batch's own."""
+    so, do = src.offsets, dst.offsets
+    n, t_real, t = dst.sequences, dst.real_tokens, dst.tokens
     filler = t - t_real
-    for name in ("ids", "positions", "seg_ids"):
-        (so, _), (do, _) = src[name], dst[name]
-        b[do:do + t_real] = a[so:so + t_real]
-    do = dst["ids"][0]
-    b[do + t_real:do + t] = 0
-    do = dst["positions"][0]
-    b[do + t_real:do + t] = np.arange(filler, dtype=np.int32)
-    do = dst["seg_ids"][0]
-    b[do + t_real:do + t] = n
-    for name in ("cu", "inv_len", "dims", "norm"):
-        (so, sn), (do, _) = src[name], dst[name]
-        b[do:do + sn] = a[so:so + sn]
-    b[dst["cu"][0] + n + 1] = t
-    b[dst["inv_len"][0] + n:dst["inv_len"][0] + n + 1].view(np.float32)[0] = 1.0 / filler
-    b[dst["dims"][0] + n] = dimension
-    b[dst["norm"][0] + n] = 0
+    b = np.zeros(dst.size, dtype=np.int32)
+    b[do["positions"][0] + t_real:do["positions"][0] + t] = np.arange(filler, dtype=np.int32)
+    b[do["seg_ids"][0] + t_real:do["seg_ids"][0] + t] = n
+    b[do["cu"][0] + n + 1] = t
+    b[do["inv_len"][0] + n:do["inv_len"][0] + n + 1].view(np.float32)[0] = 1.0 / filler
+    b[do["dims"][0] + n] = dimension
+    copies = tuple(((do[name][0], do[name][0] + t_real), (so[name][0], so[name][0] + t_real))
+                   for name in ("ids", "positions", "seg_ids"))
+    copies += tuple(((do[name][0], do[name][0] + so[name][1]), (so[name][0], so[name][0] + so[name][1]))
+                    for name in ("cu", "inv_len", "dims", "norm"))
+    b.setflags(write=False)
+    return b, copies
 
 
 def step_inputs(arena: torch.Tensor, layout: Layout, backend: AttentionBackend, causal: bool,

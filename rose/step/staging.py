@@ -3,7 +3,10 @@
 A buffer handed out by ``acquire`` is not handed out again until it has been
 released *and* the event guarding its last copy has completed, so a copy
 still in flight can never be overwritten. Buffers are kept per size class
-(powers of two), so steady-state serving allocates nothing.
+(powers of two), so steady-state serving allocates nothing. Each buffer
+comes with the views a step writes and reads through (int32 words, float32
+values, as torch and as NumPy), made once with it: a view made per step
+costs a torch dispatch each, on the latency-critical path.
 """
 
 from __future__ import annotations
@@ -20,21 +23,41 @@ def _size_class(nbytes: int) -> int:
     return max(_MIN_CLASS, 1 << (max(nbytes, 1) - 1).bit_length())
 
 
+class Buffer:
+    """One pool buffer (``tensor``: uint8, on the host) and its views."""
+
+    __slots__ = ("tensor", "words", "floats", "np_words", "np_floats", "size")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+        self.size = tensor.numel()
+        self.words = tensor.view(torch.int32)
+        self.floats = tensor.view(torch.float32)
+        self.np_words = self.words.numpy()
+        self.np_floats = self.floats.numpy()
+
+    def data_ptr(self) -> int:
+        return self.tensor.data_ptr()
+
+    def numel(self) -> int:
+        return self.size
+
+
 class PinnedPool:
     """Byte buffers by size class. ``pin=False`` gives ordinary host memory
     (used where there is no CUDA, so the same logic runs everywhere)."""
 
     def __init__(self, pin: bool | None = None):
         self.pin = torch.cuda.is_available() if pin is None else pin
-        self._free: dict[int, list[torch.Tensor]] = defaultdict(list)
+        self._free: dict[int, list[Buffer]] = defaultdict(list)
         # Released, but the event guarding the last copy may still be pending.
-        self._pending: list[tuple[torch.Tensor, object]] = []
+        self._pending: list[tuple[Buffer, object]] = []
         self._lock = threading.Lock()
         self.allocated = 0  # buffers ever created
         self.in_use = 0  # handed out and not yet released
 
-    def acquire(self, nbytes: int) -> torch.Tensor:
-        """A uint8 buffer of at least ``nbytes`` that no copy is using."""
+    def acquire(self, nbytes: int) -> Buffer:
+        """A buffer of at least ``nbytes`` that no copy is using."""
         size = _size_class(nbytes)
         with self._lock:
             self._reclaim()
@@ -42,18 +65,18 @@ class PinnedPool:
             if free:
                 buf = free.pop()
             else:
-                buf = torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
+                buf = Buffer(torch.empty(size, dtype=torch.uint8, pin_memory=self.pin))
                 self.allocated += 1
             self.in_use += 1
         return buf
 
-    def release(self, buf: torch.Tensor, event=None) -> None:
+    def release(self, buf: Buffer, event=None) -> None:
         """Returns ``buf``; it becomes reusable once ``event`` (if any) has
         completed."""
         with self._lock:
             self.in_use -= 1
-            if event is None or event.query():
-                self._free[buf.numel()].append(buf)
+            if event is None or _done(event):
+                self._free[buf.size].append(buf)
             else:
                 self._pending.append((buf, event))
 
@@ -62,8 +85,8 @@ class PinnedPool:
             return
         still = []
         for buf, event in self._pending:
-            if event.query():
-                self._free[buf.numel()].append(buf)
+            if _done(event):
+                self._free[buf.size].append(buf)
             else:
                 still.append((buf, event))
         self._pending = still
@@ -76,3 +99,14 @@ class PinnedPool:
     def free_count(self) -> int:
         with self._lock:
             return sum(len(v) for v in self._free.values())
+
+
+def _done(event) -> bool:
+    """Whether no copy can still be writing a buffer the event guards. A
+    step that failed on the device raises from its event's query: its copy
+    is over too, so its buffers are free again (a pool that kept them would
+    lose two buffers per failed step)."""
+    try:
+        return event.query()
+    except RuntimeError:
+        return True

@@ -18,6 +18,11 @@ from .graphs import Action, Dispatcher, GraphKey
 
 log = logging.getLogger("rose.graphs")
 
+# A batch shape outside the graph grid: left to the next runtime.
+_OUTSIDE = object()
+# Batch shapes whose plan is kept (a server sees far fewer distinct ones).
+_SHAPES = 4096
+
 
 @dataclass
 class _Entry:
@@ -38,24 +43,41 @@ class StaticRuntime:
         self.dispatcher = dispatcher
         self.dimension = dimension
         self._entries: dict[GraphKey, _Entry] = {}
+        self._shapes: dict[tuple, object] = {}
 
     def run(self, batch: Batch) -> LazyTensor | None:
-        key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
-        if key is None:
+        shape = self._shapes.get((batch.kind, batch.layout))
+        if shape is None:
+            if len(self._shapes) >= _SHAPES:
+                self._shapes.clear()
+            shape = self._shapes[(batch.kind, batch.layout)] = self._shape(batch)
+        if shape is _OUTSIDE:
             return None
+        key, layout, filler, infos = shape
         action = self.dispatcher.hit(key)
         entry = self._entry(key)
-        layout = Layout.of(batch.num_sequences, batch.num_tokens, key.tokens)
         arena, staging = self.device.upload(batch, layout, entry.arena, self.dimension)
-        lengths = [*batch.lengths, layout.tokens - layout.real_tokens]
-        call = Call(key.kind, arena, layout, lengths, layout.tokens, batch)
-        capture_s = self._capture(entry, key, call) if action is Action.CAPTURE else 0.0
+        call = Call(key.kind, arena, layout, [*batch.lengths, filler], layout.tokens, batch)
+        if action is Action.CAPTURE:
+            capture_s = self._capture(entry, key, call)
+            info = StepInfo(action.value, layout.real_tokens, layout.tokens, capture_s)
+        else:
+            info = infos[action]
         if entry.graph is not None and action in (Action.CAPTURE, Action.REPLAY):
             out = self.device.replay(entry.graph, entry.out, call)
         else:  # warm-up, a failed capture, or a device without graphs (same buffers)
             out = self.device.forward(call)
-        info = StepInfo(action.value, layout.real_tokens, layout.tokens, capture_s)
         return self.device.download(out, call, staging, info)
+
+    def _shape(self, batch: Batch):
+        """What every step of this kind and layout shares: its configuration,
+        padded layout, filler length and step records (made once)."""
+        key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
+        if key is None:
+            return _OUTSIDE
+        layout = Layout.of(batch.num_sequences, batch.num_tokens, key.tokens)
+        infos = {a: StepInfo(a.value, layout.real_tokens, layout.tokens) for a in (Action.WARMUP, Action.REPLAY)}
+        return key, layout, layout.tokens - layout.real_tokens, infos
 
     def observe(self, batch: Batch, lazy: LazyTensor) -> None:
         pass
