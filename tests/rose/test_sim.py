@@ -16,7 +16,7 @@ from rose.sim import cost as cost_module
 from rose.sim.events import SimEvent, decode, encode
 from rose.sim.faults import parse as parse_faults
 from tests.support.models import tiny_reranker, tiny_splade, tiny_xlmr
-from tests.support.servers import default_model_dir
+from tests.support.servers import default_model_dir, wait_for
 
 
 def test_the_default_cost_comes_from_the_published_figures():
@@ -60,10 +60,14 @@ def test_event_handles_are_tagged_and_ready_at_their_end():
     now = time.monotonic_ns()
     h = encode(now + 5_000_000, 700)
     assert h & 1 and decode(h)[1] == 700 and decode(h)[0] >= now + 5_000_000
-    e = SimEvent(now + 20_000_000)
-    assert not e.query()
-    time.sleep(0.03)
-    assert e.query()
+    # Far from its end either way, so no stall of a loaded machine changes
+    # the answer: an hour ahead is pending, a millisecond ago is done.
+    assert not SimEvent(time.monotonic_ns() + 3600 * 10**9).query()
+    assert SimEvent(time.monotonic_ns() - 1_000_000).query()
+    # Ready at its end and not before: polled until ready, the clock has passed it.
+    e = SimEvent(time.monotonic_ns() + 2_000_000)
+    wait_for(e.query, "a simulated event 2 ms away", every=0.0005)
+    assert time.monotonic_ns() >= e.end_ns
     failed = SimEvent(now, 700)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         failed.query()
