@@ -58,8 +58,8 @@ def parser() -> argparse.ArgumentParser:
 def set_environment() -> None:
     """Before torch loads, here and (inherited) in every server started.
     OpenMP workers that spin while waiting are ruinous on a shared,
-    oversubscribed machine (a 2-thread forward measured 5x slower than a
-    1-thread one under load); passive waiting applies to every side alike."""
+    oversubscribed machine (bench/README.md, "Same threads"); passive
+    waiting applies to every side alike."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -101,7 +101,7 @@ STREAM_BLOCK, STREAM_SETTLE = 500, 50
 def load(port: int, body: Path, requests: int, connections: int = 64) -> dict:
     """A warm-up, then ``TRIALS`` runs of ``requests`` POSTs from
     ``connections`` keep-alive clients: the run with the median requests/s,
-    with every trial's rate (one run on this VM varies by ±25%)."""
+    with every trial's rate (single runs vary a lot on a shared VM)."""
     load_once(port, body, max(requests // 10, 640), connections)
     runs = sorted((load_once(port, body, requests, connections) for _ in range(TRIALS)),
                   key=lambda r: r["requests_per_s"])

@@ -1,9 +1,9 @@
 //! `loadgen`: sends prepared requests to a Tulip (gRPC `tulip.v1.Tulip/Embed`)
 //! or to Ivy (HTTP POST, JSON) from 1..N concurrent clients and prints the
 //! latencies as JSON. A Python client costs about as much per request as the
-//! server being measured (~0.8 ms per gRPC round trip on the CPU machine);
-//! this one costs a few microseconds, and `--floor` measures exactly how
-//! many, against a null server in the same process.
+//! server being measured; this one costs a few microseconds, and `--floor`
+//! measures exactly how many, against a null server in the same process
+//! (each run records it beside its figures).
 //!
 //! ```text
 //! loadgen --mode grpc --target 127.0.0.1:50051 --input reqs.json --concurrency 1,4,16 --requests 64
