@@ -38,7 +38,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.servers import Ivy, default_model_dir, start_tulips  # noqa: E402
+from tulip_rose_cli.launch import Ivy, default_model_dir, start_tulips  # noqa: E402
 
 CORPUS = REPO / "tests" / "data" / "corpus"
 

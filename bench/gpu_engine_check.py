@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from rose import Engine  # noqa: E402
 from rose.attention import available_backends  # noqa: E402
-from tests.support.models import tiny_bert, tiny_qwen3, tiny_reranker, tiny_xlmr  # noqa: E402
+from bench.tiny_models import tiny_bert, tiny_qwen3, tiny_reranker, tiny_xlmr  # noqa: E402
 
 MODELS = {  # name -> (builder, kwargs, kinds)
     "bert": (tiny_bert, {}, ["dense"]),

@@ -27,7 +27,7 @@ from bench.harness import Stats, ratio, scaled
 from bench.httpclient import HttpClient
 from bench.results import table
 from bench.stack import IVY_PATH, Stack, http_embeddings
-from tests.support.servers import Ivy, Tulip
+from tulip_rose_cli.launch import Ivy, Tulip
 
 TITLE = "Isolation: query latency under indexing, priority classes vs first-come-first-served"
 DOCS_PER_REQUEST = 32

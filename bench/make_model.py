@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.models import multilingual_minilm  # noqa: E402
+from bench.tiny_models import multilingual_minilm  # noqa: E402
 
 FAMILIES = {"xlmr": multilingual_minilm}
 

@@ -36,8 +36,9 @@ from bench.httpclient import HttpClient
 from bench.profiling import profile_step
 from bench.results import table
 from bench.stack import IVY_PATH, Stack, http_embeddings
-from tests.support import servers as servers_mod
-from tests.support.servers import REPO, TARGET_DIR, Ivy, Process, Tulip, free_port
+from tulip_rose_cli import launch
+from tulip_rose_cli.launch import TARGET_DIR, Ivy, Tulip
+from tulip_rose_cli.processes import Process, free_port
 
 TITLE = "Host overhead: Ivy → Tulip → ROSE (null model) vs FastAPI + uvicorn"
 TOKENS = 128
@@ -234,7 +235,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         "idle_cpu_percent_of_a_core": idle,
     }
     data = {
-        "params": {"ivy_binary": str(servers_mod.IVY_BIN), "rounds": rounds, "warmup": warmup, "tokens": TOKENS, "batch": 1, "tokenizer": tok_dir,
+        "params": {"ivy_binary": str(launch.IVY_BIN), "rounds": rounds, "warmup": warmup, "tokens": TOKENS, "batch": 1, "tokenizer": tok_dir,
                    "null_model": NULL_CONFIG, "order": "shuffled every round", "load_connections": 64,
                    "load_requests": {"ivy": load_requests, "fastapi": load_requests // 4},
                    "idle_seconds": idle_seconds},

@@ -106,7 +106,7 @@ def models(workdir: Path) -> dict[str, str]:
     """The real all-MiniLM-L6-v2 plus a random XLM-R of bge-m3's width."""
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from tests.support.servers import default_model_dir
+    from tulip_rose_cli.launch import default_model_dir
 
     xlmr = workdir / "xlmr-base-random"
     if not (xlmr / "model.safetensors").is_file():

@@ -16,7 +16,7 @@ from bench.httpclient import HttpClient
 from bench.overhead import NULL_CONFIG, TOKENS, _send, null_model_dir
 from bench.results import table
 from bench import inputs
-from tests.support.servers import Ivy, Tulip
+from tulip_rose_cli.launch import Ivy, Tulip
 
 TITLE = "Routing by model: one Ivy in front of one model vs three (null model)"
 MODELS = ("null-a", "null-b", "null-c")
@@ -83,7 +83,7 @@ def run(stack, rounds: int = 3000, warmup: int = 300) -> tuple[dict, str]:
 
 
 def _wait_pool(ivy: Ivy, model: str) -> None:
-    from tests.support.servers import wait_for
+    from tulip_rose_cli.processes import wait_for
 
     wait_for(lambda: ivy.series("ivy_replica_up", model=model) == 1, f"model {model}'s pool", timeout=60)
 

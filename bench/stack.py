@@ -14,7 +14,7 @@ import numpy as np
 from bench import gate, inputs
 from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity, Unavailable, infinity_version
 from bench.httpclient import HttpClient
-from tests.support.servers import Ivy, Tulip, default_model_dir
+from tulip_rose_cli.launch import Ivy, Tulip, default_model_dir
 
 IVY_PATH = "/v1/embeddings"
 

@@ -4,7 +4,7 @@ what is measured), interleaved request by request:
 
 - tracing off (no ``--otlp-endpoint``: the default);
 - tracing on: Ivy and Tulip exporting every request's spans (about ten)
-  over OTLP/gRPC to a collector in its own process (``tests/support/otlp.py``);
+  over OTLP/gRPC to a collector in its own process (``bench/otlp.py``);
 - optionally, an Ivy built before tracing existed (``BENCH_BASELINE_IVY``,
   a path to its binary; same Tulip as "off"), for "off costs nothing".
 
@@ -23,8 +23,8 @@ from bench.httpclient import HttpClient
 from bench.overhead import NULL_CONFIG, TOKENS, _send, null_model_dir
 from bench.results import table
 from bench.stack import IVY_PATH, Stack
-from tests.support import servers
-from tests.support.servers import Ivy, Process, Tulip, free_port
+from tulip_rose_cli.launch import Ivy, Tulip
+from tulip_rose_cli.processes import Process, free_port
 
 TITLE = "Tracing off vs on (OTLP export from Ivy and Tulip), batch-1 latency, null model"
 
@@ -34,7 +34,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300) -> tuple[dict, str]
     text = inputs.text_of_tokens(tok_dir, TOKENS)
     null_dir = null_model_dir()
     port = free_port()
-    collector = Process("otlp-collector", [sys.executable, "-m", "tests.support.otlp", str(port)], None, stack.log_dir)
+    collector = Process("otlp-collector", [sys.executable, "-m", "bench.otlp", str(port)], None, stack.log_dir)
     endpoint = f"http://127.0.0.1:{port}"
     baseline = os.environ.get("BENCH_BASELINE_IVY")
     procs: list[Process] = [collector]
@@ -48,11 +48,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300) -> tuple[dict, str]
         ivys["on"] = Ivy([tulip_on.url], tok_dir, log_dir=stack.log_dir, otlp_endpoint=endpoint)
         procs.append(ivys["on"])
         if baseline:
-            own, servers.IVY_BIN = servers.IVY_BIN, Path(baseline)
-            try:
-                ivys["before tracing"] = Ivy([tulip_off.url], tok_dir, log_dir=stack.log_dir)
-            finally:
-                servers.IVY_BIN = own
+            ivys["before tracing"] = Ivy([tulip_off.url], tok_dir, log_dir=stack.log_dir, binary=Path(baseline))
             procs.append(ivys["before tracing"])
         clients = {k: HttpClient("127.0.0.1", v.port) for k, v in ivys.items()}
         reqs = {k: c.prepare(IVY_PATH, {"input": text}) for k, c in clients.items()}

@@ -12,5 +12,8 @@ What imports more, and only where it is used:
 - ``tulip-rose serve`` (``serve.py``) starts Tulip replicas and Ivy as child
   processes: Tulip's launcher for the default model, ROSE's Hub resolution
   for a Hub id, and the Ivy binary.
+- ``launch.py`` and ``processes.py`` are the one launcher of Tulip and Ivy
+  processes (``serve``, the tests and the benchmarks use it); a ``Tulip``
+  handle imports Tulip's gRPC client to know when the replica serves.
 - ``ray.py``'s ``RoseEmbedder`` runs the ROSE engine inside a Ray actor
   (``IvyEmbedder`` talks to Ivy over HTTP only)."""

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from bench.httpclient import HttpClient
-from tests.support.servers import REPO, Process, free_port
+from bench.results import REPO
+from tulip_rose_cli.processes import Process, free_port
 
 INFINITY_VENV = Path(os.environ.get("INFINITY_VENV", REPO / ".venv-infinity"))
 INFINITY_MODEL_NAME = "bench"

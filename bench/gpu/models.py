@@ -124,7 +124,7 @@ def _sentence_transformers_files(s: Shape, out: Path) -> None:
 
 
 def _tokenizer_files(s: Shape, out: Path) -> None:
-    from tests.support.fixtures import tokenizer_dir
+    from bench.fixtures import tokenizer_dir
 
     tok = json.loads((tokenizer_dir(s.tokenizer) / "tokenizer.json").read_text(encoding="utf-8"))
     tok["padding"] = None

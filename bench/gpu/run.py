@@ -181,7 +181,7 @@ class Run:
         self.procs.append(proc)
 
     def stop_all(self) -> None:
-        from tests.support import servers
+        from tulip_rose_cli import processes
 
         while self.procs:
             p = self.procs.pop()
@@ -189,7 +189,7 @@ class Run:
                 p.stop(timeout=10)
             except Exception:  # best effort while exiting
                 p.kill()
-        servers.kill_all()  # any still starting
+        processes.kill_all()  # any still starting
 
     # 0. Preflight.
 
@@ -292,7 +292,7 @@ class Run:
 
     def server(self, name: str, key: str = "serving", **flags):
         """The model's Tulip for ``key``, started on first use."""
-        from tests.support.servers import Tulip
+        from tulip_rose_cli.launch import Tulip
 
         if (name, key) not in self.servers:
             m = self.gated[name]
@@ -371,14 +371,12 @@ class Run:
 
         def run():
             from bench import inputs
-            from tests.support import servers
-            from tests.support.servers import Ivy
+            from tulip_rose_cli.launch import Ivy
 
             tulip = self.server(name)
             port, texts, how = None, None, "gRPC, pre-tokenized (no Ivy binary)"
             if self.args.ivy.is_file():
-                servers.IVY_BIN = self.args.ivy
-                ivy = Ivy([tulip.url], str(m["dir"]), log_dir=self.log_dir)
+                ivy = Ivy([tulip.url], str(m["dir"]), log_dir=self.log_dir, binary=self.args.ivy)
                 self.register(ivy)
                 port, how = ivy.port, "HTTP through Ivy, real text"
                 texts = inputs.texts_of_tokens(str(m["dir"]), s.conc_length, 8)

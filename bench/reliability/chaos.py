@@ -18,7 +18,7 @@ import numpy as np
 
 from bench import inputs
 from bench.results import REPO
-from tests.support.servers import Tulip
+from tulip_rose_cli.launch import Tulip
 
 
 @dataclass

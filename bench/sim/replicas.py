@@ -12,7 +12,7 @@ import numpy as np
 
 from bench import gate
 from rose.sim import busy_fraction, read_log
-from tests.support.servers import Ivy, Tulip
+from tulip_rose_cli.launch import Ivy, Tulip
 
 # Host microseconds one launch costs, spent busy on the launching thread
 # (GIL held): one CUDA graph replay with its two async copies and the event
@@ -30,7 +30,7 @@ def bge_m3_dir(root: Path) -> Path:
     weights: the simulated device reads none."""
     from transformers import XLMRobertaConfig
 
-    from tests.support.models import _sentence_transformers, _tokenizer
+    from bench.tiny_models import _sentence_transformers, _tokenizer
 
     out = root / "bge-m3-sim"
     if (out / "config.json").is_file():

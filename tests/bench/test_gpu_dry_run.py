@@ -120,7 +120,7 @@ def test_the_captured_configurations_run_on_the_static_path(tmp_path):
     from bench.gpu.run import Sizes, fitting, graph_configurations
     from rose import Engine
     from rose.step.graphs import GraphSettings, State
-    from tests.support.models import tiny_bert
+    from bench.tiny_models import tiny_bert
 
     bert_dir = tiny_bert(tmp_path / "bert")
     configs = graph_configurations(Sizes(dry=False))["serving"]

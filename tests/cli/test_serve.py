@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from tests.cli.serve_process import Serve, alive, children_of
-from tests.support import models
+from bench import tiny_models as models
 from tests.support.fake_hub import files_of, hub_cache
-from tests.support.fixtures import corpus_lines
+from bench.fixtures import corpus_lines
 from tests.support.servers import REPO, wait_for
 from tests.support.vectors import cosines
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.serve_process import Serve, alive
-from tests.support import models
-from tests.support.fixtures import corpus_lines
+from bench import tiny_models as models
+from bench.fixtures import corpus_lines
 from tests.support.servers import REPO
 from tests.support.vectors import cosines
 

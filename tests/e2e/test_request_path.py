@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support import http
-from tests.support.fixtures import corpus_lines
+from bench.fixtures import corpus_lines
 from tests.support.vectors import cosines
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from rose import Engine
-from tests.support import models
-from tests.support.fixtures import corpus_lines
+from bench import tiny_models as models
+from bench.fixtures import corpus_lines
 from tests.support.servers import Ivy, Tulip
 
 pytestmark = pytest.mark.slow

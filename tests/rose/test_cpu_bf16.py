@@ -21,7 +21,7 @@ import torch
 from rose import Engine
 from rose.cpu import Bf16Settings, OnnxSettings, bf16, gated
 from rose.cpu.gated import FIDELITY, State
-from tests.support import models
+from bench import tiny_models as models
 from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
 from tests.support.steps import run_twice, step

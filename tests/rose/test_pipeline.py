@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rose import Engine, ModelLoadError
-from tests.support.models import st_pipeline
+from bench.tiny_models import st_pipeline
 from tests.support.reference import assert_close_vectors
 
 

@@ -15,7 +15,7 @@ from rose.sim import CostModel, SimEngine, SimSettings, busy_fraction, fit, over
 from rose.sim import cost as cost_module
 from rose.sim.events import SimEvent, decode, encode
 from rose.sim.faults import parse as parse_faults
-from tests.support.models import tiny_reranker, tiny_splade, tiny_xlmr
+from bench.tiny_models import tiny_reranker, tiny_splade, tiny_xlmr
 from tests.support.servers import default_model_dir, wait_for
 
 

@@ -16,7 +16,7 @@ import torch
 
 from rose import Engine
 from tests.support.fake_hub import FakeHub, files_of, hub_cache
-from tests.support.models import st_pipeline, tiny_bert
+from bench.tiny_models import st_pipeline, tiny_bert
 from tests.support.servers import REPO, Tulip
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"

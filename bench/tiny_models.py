@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from tests.support.fixtures import TOKENIZERS, tokenizer_dir
+from bench.fixtures import TOKENIZERS, tokenizer_dir
 
 
 def _perturb(model: torch.nn.Module, seed: int) -> None:
@@ -447,17 +447,3 @@ def tiny_nomic_bert(dir, seed: int = 0) -> Path:
     return st_pipeline(out / "st", base, pooling="mean", dense=(), normalize=True, prompts=prompts,
                        max_seq_length=2048)
 
-
-def hf_tokenizer(model_dir, max_length: int | None = None):
-    """Hugging Face ``tokenizers`` on ``model_dir``'s tokenizer.json, without
-    padding; truncating (pairs longest-first) at ``max_length`` when given,
-    else not at all: the ids a reference compares with."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-    tok.no_padding()
-    if max_length:
-        tok.enable_truncation(max_length, strategy="longest_first")
-    else:
-        tok.no_truncation()
-    return tok

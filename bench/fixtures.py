@@ -1,6 +1,7 @@
-"""Test fixtures stored compressed: a large file under ``tests/data`` is
-tracked as ``NAME.gz`` (the tree travels to machines with a size limit) and
-unpacked next to it, git-ignored, on first use."""
+"""The data under ``tests/data`` that tests and benchmarks share: corpus
+lines and tokenizers. A large file is tracked as ``NAME.gz`` (the tree
+travels to machines with a size limit) and unpacked next to it,
+git-ignored, on first use (``python -m bench.fixtures`` unpacks them all)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 TOKENIZERS = DATA / "tokenizers"
 
 

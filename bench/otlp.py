@@ -1,6 +1,6 @@
 """A small OTLP/gRPC trace collector (``TraceService/Export`` on
 ``opentelemetry-proto``'s messages) for tests and benchmarks: in-process
-(``Collector.start()``) or as its own process (``python -m tests.support.otlp
+(``Collector.start()``) or as its own process (``python -m bench.otlp
 PORT``, which only counts spans, so that parsing them does not share a
 process with a benchmark's timing client)."""
 
@@ -79,7 +79,7 @@ def _attrs(kvs) -> dict:
 
 
 if __name__ == "__main__":
-    # python -m tests.support.otlp PORT: serves until killed; prints the span count on SIGTERM.
+    # python -m bench.otlp PORT: serves until killed; prints the span count on SIGTERM.
     import signal
 
     counter = Counter()
