@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from bench.httpclient import HttpClient
-from bench.results import REPO
+from bench.harness.httpclient import HttpClient
+from bench.harness.results import REPO
 from tulip_rose_cli.processes import Process, free_port
 
 INFINITY_VENV = Path(os.environ.get("INFINITY_VENV", REPO / ".venv-infinity"))

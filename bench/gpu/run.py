@@ -41,8 +41,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -151,7 +149,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the ivy binary; without it the concurrency chart goes to Tulip over gRPC [IVY_BIN]")
     default_loadgen = env("LOADGEN_BIN") or str(REPO / "gpu-bundle" / "loadgen")
     p.add_argument("--loadgen", type=Path, default=Path(default_loadgen),
-                   help="the compiled load generator (bench/loadgen); without it the online and concurrency "
+                   help="the compiled load generator (bench/crates/loadgen); without it the online and concurrency "
                         "charts use Python clients [LOADGEN_BIN]")
     args = p.parse_args(argv)
     if args.out is None:
@@ -370,7 +368,7 @@ class Run:
         m, s = self.gated[name], self.sizes
 
         def run():
-            from bench import inputs
+            from bench.harness import inputs
             from tulip_rose_cli.launch import Ivy
 
             tulip = self.server(name)
@@ -397,7 +395,7 @@ class Run:
 
     def backends(self) -> None:
         def run():
-            from bench import attention_sweep as sweep
+            from bench.scripts import attention_sweep as sweep
 
             shapes = [s for s in sweep.GPU_SHAPES if s[0] in ("bge-m3", "pplx-0.6b", "qwen3-0.6b")]
             if self.dry:

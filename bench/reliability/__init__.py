@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.results import REPO, Writer, now
+from bench.harness.results import REPO, Writer, now
 
 TITLE = "Reliability: soak, overload, chaos during a bulk job, fuzzing"
 
@@ -78,7 +78,7 @@ class Servers:
         """(Ivy, Tulip) on a tiny seeded BERT cross-encoder (as the tests
         build it): MiniLM has no score head, so its /rerank is a 424."""
         if self._rerank is None:
-            from bench import tiny_models as models
+            from bench.harness import tiny_models as models
             from tulip_rose_cli.launch import Ivy, Tulip
 
             self._model_tmp = tempfile.mkdtemp(prefix="rel-rerank-")
@@ -102,7 +102,8 @@ class Servers:
 
 
 def run_soak(servers: Servers, mode: Mode) -> dict:
-    from bench.reliability import soak as soak_mod, traffic
+    from bench.reliability import soak as soak_mod
+    from bench.reliability import traffic
 
     rerank_ivy, _ = servers.rerank()
     kinds = traffic.kinds(servers.model_dir, servers.ivy.port, rerank_ivy.port, servers.vocab, max_inputs=2048)
@@ -154,7 +155,7 @@ def run_fuzz_grpc(servers: Servers, mode: Mode) -> dict:
     }
 
 
-TOKENIZER_FUZZ_COMMAND = ("python -m bench.fixtures && cd ivy/tokenizer && "
+TOKENIZER_FUZZ_COMMAND = ("python -m bench.harness.fixtures && cd ivy/tokenizer && "
                           "RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none encode -- -max_total_time=600")
 
 
@@ -168,7 +169,7 @@ def run_tokenizer_fuzz(servers: Servers | None, mode: Mode) -> dict:
     if probe is None or probe.returncode != 0:
         return {"status": "not run: cargo-fuzz is not installed (cargo install cargo-fuzz)",
                 "command": TOKENIZER_FUZZ_COMMAND}
-    subprocess.run([sys.executable, "-m", "bench.fixtures"], cwd=REPO, check=False)
+    subprocess.run([sys.executable, "-m", "bench.harness.fixtures"], cwd=REPO, check=False)
     seconds = int(mode.tokenizer_fuzz_s)
     started = time.monotonic()
     out = subprocess.run(["cargo", "fuzz", "run", "--sanitizer", "none", "encode", "--",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import inputs
-from bench.results import REPO
+from bench.harness import inputs
+from bench.harness.results import REPO
 from tulip_rose_cli.launch import Tulip
 
 

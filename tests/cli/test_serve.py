@@ -22,10 +22,10 @@ import urllib.request
 import numpy as np
 import pytest
 
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
 from tests.cli.serve_process import Serve, alive, children_of
-from bench import tiny_models as models
 from tests.support.fake_hub import files_of, hub_cache
-from bench.fixtures import corpus_lines
 from tests.support.servers import REPO, wait_for
 from tests.support.vectors import cosines
 

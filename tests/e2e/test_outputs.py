@@ -11,8 +11,8 @@ import grpc
 import numpy as np
 import pytest
 
-from bench import tiny_models as models
-from bench.fixtures import corpus_lines
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
 from tests.support.reference import hf_tokenizer
 from tests.support.servers import Ivy, start_tulips
 from tulip.client import load_stubs

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support.reference import hf_tokenizer
 from tests.support.servers import Ivy
 
