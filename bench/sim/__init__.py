@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.results import now
+from bench.harness.results import now
 from bench.sim import latency, load, report
 from bench.sim.replicas import LAUNCH_US, Fleet, bge_m3_dir
 from rose.sim import DEFAULT_COST

@@ -7,8 +7,8 @@ from __future__ import annotations
 import statistics
 import types
 
-from bench.clients import grpc_clients
 from bench.gpu.loadgen import Loadgen, http_input
+from bench.harness.clients import grpc_clients
 from bench.sim.latency import token_ids
 from bench.sim.replicas import busy, cpu_seconds, now_ns, window
 from rose.sim import overlapping
@@ -63,7 +63,7 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
     """One Ivy over N simulated replicas, real text (``texts_per_request``
     texts of ``length`` tokens, base64 vectors, as OpenAI's Python client
     asks), ``clients_per_replica * N`` concurrent clients."""
-    from bench import inputs
+    from bench.harness import inputs
 
     texts = inputs.texts_of_tokens(fleet.model_dir, length, 32)
     bodies = [{"input": [texts[(k + j) % len(texts)] for j in range(texts_per_request)],
@@ -83,8 +83,8 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
                 level = r[str(clients)]
                 sent = requests + 2 * clients
             else:
-                from bench.clients import http_clients
-                from bench.httpclient import HttpClient
+                from bench.harness.clients import http_clients
+                from bench.harness.httpclient import HttpClient
 
                 enc = HttpClient("127.0.0.1", 0)
                 per = max(2, requests // clients)
@@ -129,7 +129,7 @@ def isolation(fleet, on, idle_seconds: float, index_requests: int, rounds: int, 
     defaults (steps filled with batch work, never shrunk): priority classes
     (``on`` = (tulip, ivy) with defaults) vs one first-come-first-served
     queue."""
-    from bench import isolation as iso
+    from bench.suites import isolation as iso
 
     fcfs_tulip, _ = fleet.tulip("fcfs", priority="false")
     fcfs_ivy = fleet.ivy([fcfs_tulip], "fcfs", batch_chunks_per_replica=0)

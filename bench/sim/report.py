@@ -3,7 +3,7 @@ and the published figures, each target met or missed by how much."""
 
 from __future__ import annotations
 
-from bench.results import table
+from bench.harness.results import table
 
 # Published BGE-M3 figures on one real H200 (bf16) from the reference
 # reading; the repository's own copy of them is bench/README.md.

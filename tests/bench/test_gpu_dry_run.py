@@ -118,9 +118,9 @@ def test_the_captured_configurations_run_on_the_static_path(tmp_path):
     (same dispatcher and buckets, no graph): every configuration the
     model's length allows is accepted and warmed up then captured."""
     from bench.gpu.run import Sizes, fitting, graph_configurations
+    from bench.harness.tiny_models import tiny_bert
     from rose import Engine
     from rose.step.graphs import GraphSettings, State
-    from tests.support.models import tiny_bert
 
     bert_dir = tiny_bert(tmp_path / "bert")
     configs = graph_configurations(Sizes(dry=False))["serving"]

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
+from bench.harness import tiny_models as models
 from rose import Engine
 from rose.cpu import Bf16Settings, OnnxSettings, bf16, gated
 from rose.cpu.gated import FIDELITY, State
-from tests.support import models
 from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
 from tests.support.steps import run_twice, step

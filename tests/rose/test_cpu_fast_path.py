@@ -191,7 +191,7 @@ def test_warm_splits_buckets_longer_than_the_model_input(tmp_path):
     real two-sequence step as the eager path does."""
     import json
 
-    from tests.support.models import tiny_bert
+    from bench.harness.tiny_models import tiny_bert
 
     d = tiny_bert(tmp_path / "short")
     cfg = json.loads((d / "sentence_bert_config.json").read_text())

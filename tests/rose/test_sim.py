@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from bench.harness.tiny_models import tiny_reranker, tiny_splade, tiny_xlmr
 from rose import Batch, DeviceError, OutputKind
 from rose.sim import CostModel, SimEngine, SimSettings, busy_fraction, fit, overlapping, read_log
 from rose.sim import cost as cost_module
 from rose.sim.events import SimEvent
 from rose.sim.faults import parse as parse_faults
-from tests.support.models import tiny_reranker, tiny_splade, tiny_xlmr
 from tests.support.servers import default_model_dir
 
 
