@@ -142,8 +142,8 @@ def parser() -> argparse.ArgumentParser:
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
     p.flag("--cpu-packed-linear", type=parse_bool, default=True,
-           help="on the CPU at float32, linear layers run on weights packed once for oneDNN (2-3x faster "
-                "matmuls than PyTorch's default on a 2-core AMD EPYC, same precision); false = PyTorch's own")
+           help="on the CPU at float32, linear layers run on weights packed once for oneDNN (faster "
+                "matmuls than PyTorch's default, same precision: docs/latency.md); false = PyTorch's own")
     p.flag("--cpu-fast-path", type=parse_bool, default=True,
            help="on the CPU at float32, small steps run on ONNX Runtime from the model exported at run time, "
                 "built in the background per token bucket on first use and gated against the eager step "
@@ -239,7 +239,7 @@ def _load_engine(args, model: str, log):
     """The ROSE engine (or the simulated one), its model directory and id."""
     # oneDNN caches a compiled primitive per input shape; without the cache
     # every packed linear call (rose/models/packed.py) compiles its kernel
-    # again, about 0.1 ms: most of a query's step. Packed layers pad their
+    # again, which can be most of a query's step. Packed layers pad their
     # rows to one of 63 sizes up to 4096 rows (the CPU token budget), and
     # nothing else reaches oneDNN (packing turns PyTorch's own dispatch to
     # it off), so 512 entries hold eight weight shapes at every size. Set

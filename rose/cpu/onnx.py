@@ -43,7 +43,8 @@ from ..interface import Batch
 from .gated import Context, GatedRuntime, float32_cpu_refusal, power_of_two_bucket, power_of_two_buckets
 from .onnx_export import INPUTS, SEQUENCES_DEFAULT, TOKENS_DEFAULT
 
-# Longest an export may take (seconds): on a busy 2-core machine ~10-200.
+# Longest an export may take (seconds): generous, for a large model on a
+# small, busy machine; a stuck export fails its build instead of hanging it.
 EXPORT_TIMEOUT_S = 1800
 
 

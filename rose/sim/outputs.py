@@ -12,8 +12,8 @@ sequence's own ids.
 
 The values come from splitmix64 over NumPy arrays. A dense row (the hot
 path: every query) is the sum of two rows of a fixed random table picked by
-slices of its sequence's 64-bit hash, a handful of operations whatever the
-width, so that the rows fit within a launch's modelled host time
+the top bits of its sequence's 64-bit hash, a handful of operations whatever
+the width, so that the rows fit within a launch's modelled host time
 (``device.py``); two different sequences share a dense row with
 probability 2^-20 per pair.
 """
@@ -50,6 +50,9 @@ def _table(seeds: np.ndarray, width: int) -> np.ndarray:
 
 
 _TABLE_BITS = 10
+_HIGH = np.uint64(64 - _TABLE_BITS)  # a dense row's two table rows: the top bits,
+_NEXT = np.uint64(64 - 2 * _TABLE_BITS)  # then the ten below them
+_MASK = np.uint64((1 << _TABLE_BITS) - 1)
 
 
 class OutputSynth:
@@ -92,20 +95,21 @@ class OutputSynth:
         rows, cols = self.shape(batch)
         if rows == 0:
             return
+        layout = batch.layout
         dst = out[: rows * cols].reshape(rows, cols)
         ids = batch.numpy_field("ids").astype(np.uint64)
         pos = batch.numpy_field("positions")
         cu = batch.numpy_field("cu")
         starts = cu[:-1]
         # Each id times a random odd weight of its position, summed per
-        # sequence and mixed: order-sensitive, a few operations a step.
-        weighted = ids * self._weights(int(pos.max()) + 1)[pos]
-        per_seq = _mix(np.add.reduceat(weighted, starts))
+        # sequence: order-sensitive, a few operations a step. The products'
+        # high bits are well mixed; ``_mix`` mixes the rest where needed.
+        weighted = ids * self._weights(layout.tokens if layout.segments == 1 else int(pos.max()) + 1)[pos]
+        per_seq = np.add.reduceat(weighted, starts)
         kind = batch.kind
         if kind is OutputKind.DENSE:
-            mask = np.uint64((1 << _TABLE_BITS) - 1)
-            v = self._dense[per_seq & mask]
-            v += self._dense[(per_seq >> np.uint64(_TABLE_BITS)) & mask]
+            v = self._dense[per_seq >> _HIGH]
+            v += self._dense[(per_seq >> _NEXT) & _MASK]
             dims = batch.numpy_field("dims")
             if (dims < cols).any():
                 v[np.arange(cols)[None, :] >= dims[:, None]] = 0.0
@@ -115,7 +119,9 @@ class OutputSynth:
             elif norm.any():
                 v[norm] /= np.sqrt(np.einsum("ij,ij->i", v[norm], v[norm]))[:, None]
             dst[:] = v
-        elif kind is OutputKind.SCORE:
+            return
+        per_seq = _mix(per_seq)
+        if kind is OutputKind.SCORE:
             logit = (_unit(per_seq) - 0.5) * 8.0
             dst[:, 0] = logit
             dst[:, 1] = 1.0 / (1.0 + np.exp(-logit))
