@@ -65,10 +65,10 @@ test-rust:
 test-python:
 	$(PY) -m pytest -q tests
 
-## lint: checks that read the code: no import cycle between Ivy's modules
-## (ivy/tests/module_cycles.rs; also part of test-rust)
+## lint: checks that read the code: no import cycle in any Rust crate or
+## between the Python packages (tests/test_import_cycles.py; also in make test)
 lint:
-	$(CARGO) test --release -p ivy --test module_cycles
+	$(PY) -m pytest -q tests/test_import_cycles.py
 
 ## bench: the CPU benchmark suite with its in-run baselines (bench/README.md);
 ## writes bench/results/<date>-<machine>/. Infinity is optional: without it

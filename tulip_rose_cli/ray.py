@@ -331,7 +331,7 @@ def _client(opts) -> Ivy:
 
 
 def _embed_task(opts, dim: int, rows: list):
-    from tulip_rose_cli.run import embed_batch
+    from tulip_rose_cli.batch import embed_batch
 
     return embed_batch(_client(opts), opts, dim, rows)
 

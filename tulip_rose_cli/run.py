@@ -13,7 +13,8 @@ from itertools import islice
 from pathlib import Path
 
 from tulip_rose_cli import readers, writers
-from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
+from tulip_rose_cli.batch import KINDS, embed_batch
+from tulip_rose_cli.client import ApiError, Ivy, Retry
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
@@ -21,7 +22,6 @@ from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 # was written but some rows are not in it, so a pipeline that checks only
 # the status never takes a short (or empty) file for a complete one.
 OK, STRICT_BAD_ROWS, USAGE, SERVER, INTERNAL, BAD_ROWS, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
-KINDS = {"dense": "dense", "sparse": "sparse", "multi-vector": "multi_vector"}
 DEFAULT_BATCH = 64
 
 
@@ -267,33 +267,3 @@ class Run:
             raise Exit(BAD_ROWS, f"{bad:,} bad rows were left out of {o.output} (of {written + bad:,}); "
                                  f"each is listed with its reason in {writers.errors_path(o.output)}")
         return OK
-
-
-def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> Chunk:
-    """One batch's outputs and bad rows: a pure function of the rows and
-    the options, so a Ray task (``--ray``) computes the very chunk a
-    worker thread does."""
-    kind = KINDS[opts.kind]
-    good = [r for r in rows if r.text is not None]
-    errors = [_error(r, r.bad) for r in rows if r.bad is not None]
-    outputs, kept, tokens = [], [], 0
-    if good:
-        body = request_options(opts.truncate, opts.prompt_name, opts.dimensions)
-        got, rejected, tokens = ivy.embed_rows(kind, [r.text for r in good], body)
-        for i, (r, out) in enumerate(zip(good, got)):
-            if i in rejected:
-                errors.append(_error(r, rejected[i]))
-            else:
-                outputs.append(out)
-                kept.append(r)
-    widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
-    if widths - {dim}:  # the file's vector column has one width
-        raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, not the {dim} it announced")
-    errors.sort(key=lambda e: e["row"])
-    return Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs, errors=errors,
-                 tokens=tokens)
-
-
-def _error(row: readers.Row, reason: str) -> dict:
-    # "row" is the row's number as the ids count it (readers.row_number).
-    return {"row": readers.row_number(row.index), "line": row.line, "id": row.id, "error": reason}

@@ -12,7 +12,7 @@ import random
 import time
 from pathlib import Path
 
-from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
+from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import inputs, metrics, plots
 from bench.harness.clients import http_clients
 from bench.harness.httpclient import HttpClient

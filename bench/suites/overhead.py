@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.baselines.servers import FastApiBaseline
+from bench.harness.baseline_servers import FastApiBaseline
 from bench.harness import affinity, gate, inputs, metrics
 from bench.harness.httpclient import HttpClient
 from bench.harness.profiling import profile_step

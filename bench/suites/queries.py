@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bench.baselines.servers import INFINITY_MODEL_NAME, Infinity
+from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import inputs, metrics, plots
 from bench.harness.httpclient import HttpClient
 from bench.harness.profiling import PerfRecord, perf_table
