@@ -176,8 +176,10 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--otlp-service-name", default="tulip", help="service.name of the exported spans")
     # --device sim (docs/simulated-device.md).
     p.flag("--sim-cost", default="",
-           help="--device sim: a step's modelled device time t = t0 + a*tokens + b*sum(len^2), as 't0,a,b' in "
-                "seconds or a JSON file {t0, a, b} (bench/gpu/calibrate.py writes one); empty = BGE-M3 on an H200")
+           help="--device sim: a step's modelled device time t = t0 + a*tokens + b*sum(len^2): a named model of "
+                "BGE-M3 on an H200 (roofline: its compute and memory roofs; published: fitted to the published "
+                "Tulip figures, host included), 't0,a,b' in seconds, or a JSON file {t0, a, b} "
+                "(bench/gpu/calibrate.py writes one)", shown="roofline")
     p.flag("--sim-launch-us", type=float, default=0.0,
            help="--device sim: host microseconds each launch spends busy on its thread before the step reaches "
                 "the modelled device (~20 for a CUDA graph replay); never counted as device time")
