@@ -108,8 +108,8 @@ def test_booleans_read_like_ivys(monkeypatch, capsys):
 
     args = parser().parse_args(["--json-output", "--graphs", "no", "--priority", "OFF", "--inline-steps", "1"])
     assert (args.json_output, args.graphs, args.priority, args.inline_steps) == (True, False, False, True)
-    assert parser().parse_args([]).fill_interactive_steps is None  # auto
-    assert parser().parse_args(["--fill-interactive-steps", "yes"]).fill_interactive_steps is True
+    assert parser().parse_args([]).cpu_bf16 is None  # auto
+    assert parser().parse_args(["--cpu-bf16", "yes"]).cpu_bf16 is True
     monkeypatch.setenv("TULIP_CPU_PACKED_LINEAR", "no")
     assert parser().parse_args([]).cpu_packed_linear is False
     with pytest.raises(SystemExit):

@@ -279,7 +279,9 @@ impl Pool {
     }
 
     /// From the queues in the order the priority plan gives, each first
-    /// come first served, up to its token budget and the sequence cap. A
+    /// come first served, up to its token budget and the sequence cap, with
+    /// at most `plan.fill` batch tokens in a step carrying interactive work
+    /// and no batch work at all when the plan keeps the slot for queries. A
     /// batch holds one output kind; it always takes at least one sequence.
     fn take_batch(&self, s: &mut State) -> Vec<SeqRef> {
         let batch_queue = self.priority.queue_index(Class::Batch);
@@ -291,19 +293,27 @@ impl Pool {
                 batch_waiting: batch_queue == 1 && !s.queues[1].is_empty() && s.batch_steps == 0,
                 batch_waiting_since: s.batch_waiting_since,
                 last_interactive: s.last_interactive,
+                batch_steps: s.batch_steps,
+                capacity: s.backlog.capacity(),
             },
         );
         let mut batch: Vec<SeqRef> = Vec::new();
-        let mut tokens = 0;
+        let (mut tokens, mut batch_tokens) = (0, 0);
         for q in plan.order {
-            if q == 1
-                && !self.priority.fill_interactive_steps
+            // Only with priorities on does queue 1 hold batch work.
+            let batch_work = q == 1;
+            if batch_work && !plan.batch_allowed {
+                continue; // the slot stays free for interactive work
+            }
+            let fill = if batch_work
                 && batch
                     .iter()
                     .any(|seq| seq.request.class == Class::Interactive)
             {
-                continue; // the query's own step stays short
-            }
+                plan.fill // the query's own step stays short
+            } else {
+                usize::MAX
+            };
             let queue = &mut s.queues[q];
             while let Some(front) = queue.front() {
                 if front.request.abandoned() {
@@ -315,12 +325,16 @@ impl Pool {
                 if let Some(first) = batch.first() {
                     if front.request.kind != first.request.kind
                         || tokens + front.len() > plan.budget[q]
+                        || (batch_work && batch_tokens + front.len() > fill)
                         || batch.len() >= self.max_batch_sequences
                     {
                         break;
                     }
                 }
                 tokens += front.len();
+                if batch_work {
+                    batch_tokens += front.len();
+                }
                 batch.extend(queue.pop_front());
             }
         }

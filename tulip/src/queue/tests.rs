@@ -231,7 +231,7 @@ fn batch_steps_shrink_while_interactive_traffic_is_active() {
 #[test]
 fn without_filling_a_querys_step_carries_no_batch_work() {
     let settings = priority::Settings {
-        fill_interactive_steps: false,
+        interactive_fill: Duration::ZERO,
         ..on()
     };
     let pool = Pool::new(100, 64, 1, false, settings);
@@ -243,4 +243,73 @@ fn without_filling_a_querys_step_carries_no_batch_work() {
     assert_eq!(lengths(&first), vec![2]);
     pool.finish_step(&first, None);
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
+}
+
+#[test]
+fn a_querys_step_is_filled_only_within_the_batch_step_bound() {
+    // No capacity measured yet: the fill falls back to the batch step's
+    // token bound, which caps the whole step (query included).
+    let settings = priority::Settings {
+        interactive_fill: Duration::from_millis(1),
+        batch_step_tokens: 9,
+        ..on()
+    };
+    let pool = Pool::new(100, 64, 2, false, settings);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
+    let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[3]);
+    pool.submit(b, false).unwrap();
+    pool.submit(i, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![3, 4]);
+    // Interactive work itself is never cut by the batch bound.
+    let (j, _rj) = classed(Kind::Dense, Class::Interactive, &[6, 6]);
+    pool.submit(j, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![6, 6]);
+}
+
+#[test]
+fn a_slot_is_kept_for_queries_while_a_batch_step_runs() {
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        interactive_fill: Duration::ZERO,
+        ..on()
+    };
+    let pool = Arc::new(Pool::new(4, 64, 2, false, settings));
+    let (warm, _rw) = classed(Kind::Dense, Class::Interactive, &[1]);
+    pool.submit(warm, false).unwrap();
+    let w = batch(pool.next_work());
+    pool.finish_step(&w, None); // interactive traffic is now active
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    let running = batch(pool.next_work());
+    assert_eq!(lengths(&running), vec![4]);
+    // A second batch step would fill the last slot: the scheduler waits...
+    let waiter = {
+        let pool = Arc::clone(&pool);
+        std::thread::spawn(move || batch(pool.next_work()))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(pool.inflight(), 1, "a second batch step took the query's slot");
+    // ...and a query arriving now is launched at once, in that slot.
+    let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[2]);
+    pool.submit(q, false).unwrap();
+    let step = waiter.join().unwrap();
+    assert_eq!(step[0].request.class, Class::Interactive);
+    assert_eq!(lengths(&step), vec![2]);
+    // Batch work goes on once the running batch step ends.
+    pool.finish_step(&running, None);
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+}
+
+#[test]
+fn without_queries_batch_steps_use_every_slot() {
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        ..on()
+    };
+    let pool = Pool::new(4, 64, 2, false, settings);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+    assert_eq!(pool.inflight(), 2);
 }
