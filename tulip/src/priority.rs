@@ -149,7 +149,11 @@ impl Settings {
             batch = batch.min(t);
         }
         let fill = tokens_in(self.interactive_fill, m.capacity)
-            .unwrap_or(if self.interactive_fill.is_zero() { 0 } else { batch })
+            .unwrap_or(if self.interactive_fill.is_zero() {
+                0
+            } else {
+                batch
+            })
             .min(batch);
         Plan {
             order,

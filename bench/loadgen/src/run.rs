@@ -18,6 +18,18 @@ use crate::{Args, Mode};
 pub async fn main(args: Args) -> Result<Value, String> {
     let requests = Arc::new(Requests::read(&args.input, args.mode)?);
     let timeout = Duration::from_secs_f64(args.timeout_s);
+    if let Some(rate) = args.rate {
+        let target = args.target.as_deref().ok_or("--rate needs --target")?;
+        let schedule = crate::rate::Schedule {
+            rate,
+            duration: Duration::from_secs_f64(args.duration_s),
+            connections: args.connections,
+            go_stdin: args.go_stdin,
+        };
+        let prepared = Arc::new(prepare(&requests));
+        let level = crate::rate::run(target, &requests, &prepared, &schedule, timeout).await?;
+        return Ok(json!({"mode": format!("{:?}", args.mode).to_lowercase(), "rate": level}));
+    }
     let mut report = json!({"mode": format!("{:?}", args.mode).to_lowercase(), "levels": {}});
     if let Some(target) = &args.target {
         for &c in &args.concurrency {
@@ -46,13 +58,13 @@ pub async fn main(args: Args) -> Result<Value, String> {
     Ok(report)
 }
 
-enum Conn {
+pub(crate) enum Conn {
     Grpc(TulipClient<Channel>),
     Http(http::Client),
 }
 
 impl Conn {
-    async fn open(target: &str, requests: &Requests) -> Result<Self, String> {
+    pub(crate) async fn open(target: &str, requests: &Requests) -> Result<Self, String> {
         Ok(match requests {
             Requests::Grpc(_) => {
                 let channel = Channel::from_shared(format!("http://{target}"))
@@ -68,7 +80,7 @@ impl Conn {
     }
 
     /// One request (the `i`-th, round-robin); Err on failure or timeout.
-    async fn call(
+    pub(crate) async fn call(
         &mut self,
         requests: &Requests,
         prepared: &[Vec<u8>],
@@ -105,13 +117,7 @@ async fn run_level(
     warmup: usize,
     timeout: Duration,
 ) -> Result<Value, String> {
-    let prepared: Arc<Vec<Vec<u8>>> = Arc::new(match &**requests {
-        Requests::Http(path, bodies) => bodies
-            .iter()
-            .map(|b| http::Client::prepare(path, b))
-            .collect(),
-        Requests::Grpc(_) => Vec::new(),
-    });
+    let prepared: Arc<Vec<Vec<u8>>> = Arc::new(prepare(requests));
     let per_client = total.div_ceil(clients).max(1);
     let barrier = Arc::new(Barrier::new(clients));
     let mut tasks = Vec::with_capacity(clients);
@@ -159,6 +165,17 @@ async fn run_level(
         _ => 0.0,
     };
     Ok(summary(clients, latencies, errors, wall))
+}
+
+/// HTTP requests as bytes on the wire (gRPC requests are sent as messages).
+fn prepare(requests: &Requests) -> Vec<Vec<u8>> {
+    match requests {
+        Requests::Http(path, bodies) => bodies
+            .iter()
+            .map(|b| http::Client::prepare(path, b))
+            .collect(),
+        Requests::Grpc(_) => Vec::new(),
+    }
 }
 
 /// Percentiles (ms, nearest rank), throughput and the raw latencies (µs).
@@ -225,6 +242,10 @@ mod tests {
                 warmup: 2,
                 timeout_s: 10.0,
                 floor: true,
+                rate: None,
+                duration_s: 10.0,
+                connections: 64,
+                go_stdin: false,
             };
             let report = main(args).await.unwrap();
             assert_eq!(report["floor"]["count"], 20, "{mode:?}: {report}");

@@ -288,7 +288,11 @@ fn a_slot_is_kept_for_queries_while_a_batch_step_runs() {
         std::thread::spawn(move || batch(pool.next_work()))
     };
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(pool.inflight(), 1, "a second batch step took the query's slot");
+    assert_eq!(
+        pool.inflight(),
+        1,
+        "a second batch step took the query's slot"
+    );
     // ...and a query arriving now is launched at once, in that slot.
     let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[2]);
     pool.submit(q, false).unwrap();
