@@ -239,9 +239,7 @@ impl Listeners {
         let grpc = runtime
             .block_on(tokio::net::TcpListener::bind(addr))
             .map_err(|e| {
-                PyOSError::new_err(format!(
-                    "cannot listen on {addr} (--port): {e}; pass another --port"
-                ))
+                PyOSError::new_err(format!("cannot listen on {addr} (--port): {e}; pass another --port"))
             })?;
         let unix = match &config.unix_socket {
             None => None,
@@ -249,9 +247,7 @@ impl Listeners {
                 // A socket file left by a process that died is in the way.
                 let _ = std::fs::remove_file(path);
                 Some(tokio::net::UnixListener::bind(path).map_err(|e| {
-                    PyOSError::new_err(format!(
-                        "cannot listen on unix socket {path} (--unix-socket): {e}"
-                    ))
+                    PyOSError::new_err(format!("cannot listen on unix socket {path} (--unix-socket): {e}"))
                 })?)
             }
         };
