@@ -24,8 +24,10 @@ GPU_MAX_BATCH_TOKENS, CPU_MAX_BATCH_TOKENS = 16384, 4096
 # The priority flags' defaults (-1), per device: measured by `python -m bench
 # sim --only isolation` (the GPU's, on both cost models) and `python -m bench
 # isolation` (the CPU's); the figures are in docs/serving.md.
-GPU_PRIORITY = {"batch_step_tokens": 0, "batch_step_ms": 2.0, "interactive_fill_ms": 0.0, "batch_inflight": 1}
-CPU_PRIORITY = {"batch_step_tokens": 1024, "batch_step_ms": 0.0, "interactive_fill_ms": 0.0, "batch_inflight": 0}
+GPU_PRIORITY = {"batch_step_tokens": 0, "batch_step_ms": 2.0, "interactive_fill_ms": 0.0, "batch_inflight": 1,
+                "launch_ahead": True}
+CPU_PRIORITY = {"batch_step_tokens": 1024, "batch_step_ms": 0.0, "interactive_fill_ms": 0.0, "batch_inflight": 0,
+                "launch_ahead": False}
 
 
 def default_model_dir() -> str | None:
@@ -141,6 +143,11 @@ def parser() -> argparse.ArgumentParser:
                 "flight; the other --max-inflight slots are kept for interactive work, so a query is launched "
                 "at once, behind one batch step rather than two (0 = no limit; -1 = the default)",
            shown=f"{GPU_PRIORITY['batch_inflight']} on a GPU (the CPU runs one step at a time)")
+    p.flag("--batch-launch-ahead", type=parse_auto_bool, default=None,
+           help="past --batch-inflight, launch the next batch step when the device is about to run out of work "
+                "(its measured pace: the work on it minus twice a launch's host time), so it does not idle "
+                "while the host launches; only a query arriving in that window finds two batch steps ahead",
+           shown=f"auto: {str(GPU_PRIORITY['launch_ahead']).lower()} on a GPU")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=parse_bool, default=True,
@@ -341,8 +348,9 @@ def _stop_on_sigterm() -> None:
 def priority_settings(args, gpu: bool) -> dict:
     """The priority flags with each -1 replaced by the device's default."""
     defaults = GPU_PRIORITY if gpu else CPU_PRIORITY
-    out = {name: (value if value >= 0 else defaults[name])
-           for name in defaults for value in [getattr(args, name)]}
+    given = {name: getattr(args, "batch_launch_ahead" if name == "launch_ahead" else name) for name in defaults}
+    out = {name: (defaults[name] if value is None or (value is not True and value is not False and value < 0)
+                  else value) for name, value in given.items()}
     return {"priority": args.priority, "batch_max_wait_ms": args.batch_max_wait_ms, **out}
 
 

@@ -143,11 +143,6 @@ impl Backlog {
         }
     }
 
-    /// Tokens per second of busy engine time (0 until the first step).
-    pub fn capacity(&self) -> f64 {
-        self.capacity
-    }
-
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             waiting: self.waiting,

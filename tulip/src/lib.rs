@@ -12,6 +12,7 @@ mod frames;
 mod metrics;
 mod metrics_http;
 mod output;
+mod pace;
 mod priority;
 mod queue;
 mod scheduler;
@@ -45,7 +46,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
     json_output = false, priority = true, batch_max_wait_ms = 500, batch_step_tokens = 0,
-    batch_step_ms = 0.0, interactive_fill_ms = f64::INFINITY, batch_inflight = 0,
+    batch_step_ms = 0.0, interactive_fill_ms = f64::INFINITY, batch_inflight = 0, launch_ahead = false,
     otlp_endpoint = None, otlp_service_name = "tulip".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -73,6 +74,7 @@ fn serve(
     batch_step_ms: f64,
     interactive_fill_ms: f64,
     batch_inflight: usize,
+    launch_ahead: bool,
     otlp_endpoint: Option<String>,
     otlp_service_name: String,
 ) -> PyResult<()> {
@@ -120,6 +122,7 @@ fn serve(
             batch_step_time: millis("batch_step_ms", batch_step_ms)?,
             interactive_fill: millis("interactive_fill_ms", interactive_fill_ms)?,
             batch_inflight,
+            launch_ahead,
         },
     };
     server::serve(py, engine, invalid_batch_error, config)

@@ -12,7 +12,11 @@
 //!   measures, `backlog.rs`) and at most `batch_step_tokens` tokens;
 //! - a slot kept for queries: at most `batch_inflight` steps carrying batch
 //!   work are in flight, so with `--max-inflight 2` and one batch step a
-//!   query is launched at once, behind one batch step, never two;
+//!   query is launched at once, behind one batch step, not two. With
+//!   `launch_ahead` the next batch step may still go when the device is
+//!   about to run out of work (its estimated end minus a launch's host
+//!   time, `pace.rs`), so the device does not idle while the host launches
+//!   it; only a query arriving in that short window finds two batch steps;
 //! - short query steps: a step carrying interactive work takes at most
 //!   `interactive_fill` of batch work (0 on the CPU, where every token
 //!   lengthens the query's own step).
@@ -71,6 +75,9 @@ pub struct Settings {
     /// carrying batch work are in flight; the other slots are kept for
     /// interactive work (0 = no limit beyond `--max-inflight`).
     pub batch_inflight: usize,
+    /// Past that limit, a batch step may be launched when the device is
+    /// about to run out of work.
+    pub launch_ahead: bool,
 }
 
 impl Default for Settings {
@@ -82,6 +89,7 @@ impl Default for Settings {
             batch_step_time: Duration::ZERO,
             interactive_fill: Duration::MAX,
             batch_inflight: 0,
+            launch_ahead: false,
         }
     }
 }
@@ -98,6 +106,8 @@ pub struct Plan {
     pub fill: usize,
     /// Whether this step may take batch work at all (`batch_inflight`).
     pub batch_allowed: bool,
+    /// When batch work held back by the limit may go (launch ahead).
+    pub retry_at: Option<Instant>,
 }
 
 /// The pool's view of the classes at the moment a step is planned.
@@ -109,8 +119,11 @@ pub struct Moment {
     pub last_interactive: Option<Instant>,
     /// Steps carrying batch work in flight now.
     pub batch_steps: usize,
-    /// Measured tokens per second of busy engine time (0 = not yet).
+    /// Measured tokens per second of device time (0 = not yet).
     pub capacity: f64,
+    /// When a batch step past the in-flight limit may be launched so that
+    /// it reaches the device as the work on it ends (`None`: unknown).
+    pub launch_at: Option<Instant>,
 }
 
 impl Settings {
@@ -128,6 +141,7 @@ impl Settings {
             budget: [max_batch_tokens; 2],
             fill: max_batch_tokens,
             batch_allowed: true,
+            retry_at: None,
         };
         if !self.enabled {
             return full;
@@ -155,11 +169,15 @@ impl Settings {
                 batch
             })
             .min(batch);
+        let under_limit = self.batch_inflight == 0 || m.batch_steps < self.batch_inflight;
+        let ahead = self.launch_ahead.then_some(m.launch_at).flatten();
+        let batch_allowed = under_limit || ahead.is_some_and(|t| m.now >= t);
         Plan {
             order,
             budget: [max_batch_tokens, batch],
             fill,
-            batch_allowed: self.batch_inflight == 0 || m.batch_steps < self.batch_inflight,
+            batch_allowed,
+            retry_at: if batch_allowed { None } else { ahead },
         }
     }
 }
@@ -187,6 +205,7 @@ mod tests {
             last_interactive: interactive_ms_ago.map(|ms| now - Duration::from_millis(ms)),
             batch_steps: 0,
             capacity: 0.0,
+            launch_at: None,
         }
     }
 
@@ -270,6 +289,32 @@ mod tests {
     }
 
     #[test]
+    fn launching_ahead_lets_batch_work_go_when_the_device_is_about_to_run_out() {
+        let s = Settings {
+            batch_inflight: 1,
+            launch_ahead: true,
+            ..Settings::default()
+        };
+        let mut m = moment(0, Some(5));
+        m.batch_steps = 1;
+        // Unknown end: held back, with nothing to retry at but a wake-up.
+        let p = s.plan(100, &m);
+        assert!(!p.batch_allowed && p.retry_at.is_none());
+        m.launch_at = Some(m.now + ms(3));
+        let p = s.plan(100, &m);
+        assert!(!p.batch_allowed);
+        assert_eq!(p.retry_at, Some(m.now + ms(3)));
+        m.launch_at = Some(m.now - ms(1));
+        assert!(s.plan(100, &m).batch_allowed);
+        // Without launching ahead the limit holds until the step ends.
+        let strict = Settings {
+            launch_ahead: false,
+            ..s
+        };
+        assert!(!strict.plan(100, &m).batch_allowed);
+    }
+
+    #[test]
     fn off_means_one_queue_in_arrival_order() {
         let s = Settings {
             enabled: false,
@@ -288,7 +333,8 @@ mod tests {
                 order: [0, 1],
                 budget: [100, 100],
                 fill: 100,
-                batch_allowed: true
+                batch_allowed: true,
+                retry_at: None
             }
         );
     }

@@ -5,6 +5,13 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// What the server said its parts took, when it said.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    pub queue_ms: Option<f64>,
+    pub inference_ms: Option<f64>,
+}
+
 pub struct Client {
     stream: TcpStream,
     buf: Vec<u8>,
@@ -34,8 +41,27 @@ impl Client {
     }
 
     /// Sends a prepared request and reads the whole response; returns the
-    /// status code.
-    pub async fn send(&mut self, request: &[u8]) -> Result<u16, String> {
+    /// status code and the server's own timing headers (Ivy's
+    /// `x-queue-time` and `x-inference-time`, ms: what Tulip reported).
+    pub async fn send_timed(&mut self, request: &[u8]) -> Result<(u16, Timing), String> {
+        let (status, head_end) = self.exchange(request).await?;
+        let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|e| e.to_string())?;
+        let header = |name: &str| -> Option<f64> {
+            head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().parse().ok())?
+            })
+        };
+        Ok((
+            status,
+            Timing {
+                queue_ms: header("x-queue-time"),
+                inference_ms: header("x-inference-time"),
+            },
+        ))
+    }
+
+    async fn exchange(&mut self, request: &[u8]) -> Result<(u16, usize), String> {
         self.stream
             .write_all(request)
             .await
@@ -64,7 +90,7 @@ impl Client {
         while self.buf.len() < head_end + length {
             self.read_more().await?;
         }
-        Ok(status)
+        Ok((status, head_end))
     }
 
     async fn read_more(&mut self) -> Result<(), String> {

@@ -27,8 +27,9 @@ pub struct Schedule {
 
 #[derive(Default)]
 struct Record {
-    /// (slot, send offset from the start in µs, latency in µs)
-    done: Vec<(usize, u64, u64)>,
+    /// (slot, send offset from the start in µs, latency in µs, the
+    /// server's queue and inference ms)
+    done: Vec<(usize, u64, u64, f64, f64)>,
     errors: Vec<String>,
     late: usize,
 }
@@ -85,10 +86,12 @@ pub async fn run(
                     r.late += 1;
                 }
                 match result {
-                    Ok(()) => r.done.push((
+                    Ok(t) => r.done.push((
                         slot,
                         sent.duration_since(start).as_micros() as u64,
                         took.as_micros() as u64,
+                        t.queue_ms.unwrap_or(f64::NAN),
+                        t.inference_ms.unwrap_or(f64::NAN),
                     )),
                     Err(e) => r.errors.push(e),
                 }
@@ -99,7 +102,9 @@ pub async fn run(
         t.await.map_err(|e| e.to_string())?;
     }
     let mut r = std::mem::take(&mut *record.lock().unwrap_or_else(|e| e.into_inner()));
-    r.done.sort_unstable();
+    r.done.sort_unstable_by_key(|d| d.0);
+    // NaN (no header) is written as null.
+    let opt = |v: f64| (!v.is_nan()).then_some(v);
     Ok(json!({
         "rate": s.rate,
         "connections": s.connections,
@@ -110,6 +115,8 @@ pub async fn run(
         "late": r.late,
         "sent_us": r.done.iter().map(|d| d.1).collect::<Vec<_>>(),
         "latencies_us": r.done.iter().map(|d| d.2).collect::<Vec<_>>(),
+        "server_queue_ms": r.done.iter().map(|d| opt(d.3)).collect::<Vec<_>>(),
+        "server_inference_ms": r.done.iter().map(|d| opt(d.4)).collect::<Vec<_>>(),
     }))
 }
 

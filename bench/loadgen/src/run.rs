@@ -79,25 +79,32 @@ impl Conn {
         })
     }
 
-    /// One request (the `i`-th, round-robin); Err on failure or timeout.
+    /// One request (the `i`-th, round-robin) and the server's timing; Err
+    /// on failure or timeout.
     pub(crate) async fn call(
         &mut self,
         requests: &Requests,
         prepared: &[Vec<u8>],
         i: usize,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<http::Timing, String> {
         let fut = async {
             match (self, requests) {
                 (Conn::Grpc(c), Requests::Grpc(r)) => c
                     .embed(r[i % r.len()].clone())
                     .await
-                    .map(|_| ())
+                    .map(|resp| {
+                        let t = resp.into_inner().timing.unwrap_or_default();
+                        http::Timing {
+                            queue_ms: Some(t.queue_us as f64 / 1e3),
+                            inference_ms: Some(t.inference_us as f64 / 1e3),
+                        }
+                    })
                     .map_err(|s| format!("{:?}: {}", s.code(), s.message())),
                 (Conn::Http(c), Requests::Http(..)) => {
-                    match c.send(&prepared[i % prepared.len()]).await? {
-                        200 => Ok(()),
-                        s => Err(format!("HTTP {s}")),
+                    match c.send_timed(&prepared[i % prepared.len()]).await? {
+                        (200, timing) => Ok(timing),
+                        (s, _) => Err(format!("HTTP {s}")),
                     }
                 }
                 _ => unreachable!("connection and requests of the same mode"),
@@ -143,7 +150,7 @@ async fn run_level(
                     .call(&requests, &prepared, k + warmup + j, timeout)
                     .await
                 {
-                    Ok(()) => lat.push(t.elapsed().as_secs_f64()),
+                    Ok(_) => lat.push(t.elapsed().as_secs_f64()),
                     Err(e) => errors.push(e),
                 }
             }

@@ -73,7 +73,7 @@ fn a_lone_request_on_an_idle_engine_runs_inline_and_holds_the_slot() {
     // While the inline step runs, the next request queues behind it.
     let (b, _rb) = request(Kind::Dense, &[1]);
     assert!(matches!(pool.submit(b, true).unwrap(), Submitted::Queued));
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     assert_eq!(pool.inflight(), 0);
     assert_eq!(batch(pool.next_work()).len(), 1);
     assert_eq!(pool.inflight(), 1);
@@ -114,7 +114,7 @@ fn batches_respect_the_budget_and_hold_one_output_kind() {
     let second = batch(pool.next_work());
     assert_eq!(second.len(), 1);
     assert_eq!(second[0].request.kind, Kind::Dense);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     let third = batch(pool.next_work());
     assert_eq!(third[0].request.kind, Kind::Score);
 }
@@ -149,7 +149,7 @@ fn shutdown_fails_queued_requests_and_refuses_new_ones() {
     ));
     // The step still in flight finishes and frees its slot.
     drop(running);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     assert_eq!(pool.inflight(), 0);
     assert!(matches!(pool.next_work(), Work::Stop(_)));
 }
@@ -182,7 +182,7 @@ fn with_priorities_off_arrival_order_decides() {
     pool.submit(b, false).unwrap();
     pool.submit(i, false).unwrap();
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 1]);
 }
 
@@ -199,7 +199,7 @@ fn starved_batch_work_takes_the_next_step_first() {
     pool.submit(i, false).unwrap();
     // Fresh batch work waits behind interactive work...
     assert_eq!(batch(pool.next_work())[0].request.class, Class::Interactive);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     // ...until it has waited `batch_max_wait` without a step.
     std::thread::sleep(Duration::from_millis(250));
     let (j, _rj) = classed(Kind::Dense, Class::Interactive, &[4]);
@@ -219,7 +219,7 @@ fn batch_steps_shrink_while_interactive_traffic_is_active() {
     // No interactive request seen yet: the full budget.
     let first = batch(pool.next_work());
     assert_eq!(lengths(&first), vec![4, 4, 4, 4]);
-    pool.finish_step(&first, None);
+    pool.finish_step(&first, None, None);
     let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[2]);
     pool.submit(i, false).unwrap();
     let (b2, _rb2) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
@@ -241,7 +241,7 @@ fn without_filling_a_querys_step_carries_no_batch_work() {
     pool.submit(i, false).unwrap();
     let first = batch(pool.next_work());
     assert_eq!(lengths(&first), vec![2]);
-    pool.finish_step(&first, None);
+    pool.finish_step(&first, None, None);
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
 }
 
@@ -277,7 +277,7 @@ fn a_slot_is_kept_for_queries_while_a_batch_step_runs() {
     let (warm, _rw) = classed(Kind::Dense, Class::Interactive, &[1]);
     pool.submit(warm, false).unwrap();
     let w = batch(pool.next_work());
-    pool.finish_step(&w, None); // interactive traffic is now active
+    pool.finish_step(&w, None, None); // interactive traffic is now active
     let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
     pool.submit(b, false).unwrap();
     let running = batch(pool.next_work());
@@ -300,7 +300,7 @@ fn a_slot_is_kept_for_queries_while_a_batch_step_runs() {
     assert_eq!(step[0].request.class, Class::Interactive);
     assert_eq!(lengths(&step), vec![2]);
     // Batch work goes on once the running batch step ends.
-    pool.finish_step(&running, None);
+    pool.finish_step(&running, None, None);
     assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
 }
 
