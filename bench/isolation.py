@@ -114,8 +114,10 @@ def passages(model_dir: str, how_many: int = 96, seed: int = 42) -> list[str]:
 def make_load(model_dir: str, query_rate: float, connections: int, index_clients: int, bulk_docs: int,
               work: Path) -> Load:
     texts = passages(model_dir)
+    # base64 vectors, as OpenAI's Python client asks for them (and the bulk client does).
     per_client = [[{"input": [texts[(c * 29 + r * DOCS_PER_REQUEST + j) % len(texts)]
-                              for j in range(DOCS_PER_REQUEST)]} for r in range(6)] for c in range(index_clients)]
+                              for j in range(DOCS_PER_REQUEST)], "encoding_format": "base64"}
+                   for r in range(6)] for c in range(index_clients)]
     bulk_file = None
     if bulk_docs:
         bulk_file = Path(tempfile.mkdtemp(prefix="iso-", dir=work)) / "passages.txt"
@@ -173,6 +175,10 @@ def measure(sides: dict[str, Side], load: Load, rounds: int, seconds: float, goa
             s["step_ms_p99"] = max(sim["step_ms_p99"] for _, sim in runs)
             s["steps_per_s"] = statistics.median(sim["steps_per_s"] for _, sim in runs)
             s["overlapping_share"] = statistics.median(sim["overlapping_share"] for _, sim in runs)
+            backlog = sorted(x for _, sim in runs for x in sim["backlog_ms"])
+            s["device_backlog_ms"] = {f"p{q:g}".replace(".", "_"): round(backlog[min(len(backlog) - 1,
+                                                                                   int(q / 100 * len(backlog)))], 3)
+                                      for q in (50, 99, 99.9)} if backlog else {}
         else:
             s["step_ms_p99"] = max(steps[name]) if steps[name] else None
         out[name] = s
@@ -205,7 +211,26 @@ def sim_window(log: Path, since_ns: int, until_ns: int) -> dict:
     return {"busy": busy(log, since_ns, until_ns), "steps_per_s": len(st) / ((until_ns - since_ns) / 1e9),
             "step_ms_p50": device[len(device) // 2], "step_ms_p99": device[min(len(device) - 1,
                                                                                  int(0.99 * len(device)))],
-            "overlapping_share": overlapping(st) / max(1, len(st))}
+            "overlapping_share": overlapping(st) / max(1, len(st)),
+            "backlog_ms": device_backlog(st, since_ns, until_ns)}
+
+
+def device_backlog(steps: list[dict], since_ns: int, until_ns: int, samples: int = 20000) -> list[float]:
+    """The device's backlog (ms) at evenly spread instants of the window:
+    how long the steps launched before that instant still run. A query
+    launched at once (a slot kept for it) waits that long on the device
+    before its own step; the host adds its own delays on top. Free of the
+    host's noise, it shows what the schedule itself does."""
+    import numpy as np
+
+    if not steps:
+        return []
+    launch = np.array([s["launch"] for s in steps], dtype=np.int64)
+    tail = np.maximum.accumulate(np.array([s["end"] for s in steps], dtype=np.int64))
+    t = np.linspace(since_ns, until_ns, samples, endpoint=False).astype(np.int64)
+    k = np.searchsorted(launch, t, side="right") - 1
+    ahead = np.where(k >= 0, tail[np.maximum(k, 0)] - t, 0)
+    return [round(float(x) / 1e6, 4) for x in np.maximum(ahead, 0)]
 
 
 def query_load(port: int, queries: list[str], rate: float, threads: int, stop_after: float | None = None,

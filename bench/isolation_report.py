@@ -74,6 +74,8 @@ def markdown(d: dict) -> str:
                      f"{s['docs_per_s']:.1f}" if s.get("docs_per_s") else "-",
                      f"{s['bulk_docs_per_s']:.1f}" if s.get("bulk_docs_per_s") else "-",
                      f"{s['busy']:.1%}" if s.get("busy") is not None else "-",
+                     (f"{s['device_backlog_ms']['p50']:.2f} / {s['device_backlog_ms']['p99']:.2f}"
+                      if s.get("device_backlog_ms") else "-"),
                      f"{s['step_ms_p99']:.2f}" if s.get("step_ms_p99") is not None else "-"])
     flags = "\n".join(f"- {sc[n]['label']}: Tulip `{sc[n]['tulip_flags'] or 'defaults'}`, Ivy "
                       f"`{sc[n]['ivy_flags'] or 'defaults'}`" for n in sc if n != "idle")
@@ -90,14 +92,16 @@ def markdown(d: dict) -> str:
         table(["scenario", "queries", "query p50 ms", "query p99 ms", "query p99.9 ms",
                "in Tulip p50 / p99 ms", "late",
                "batch request p50 ms", "batch request p99 ms", "indexing docs/s", "of which bulk",
-               "device busy", "step p99 ms"], rows),
+               "device busy", "device backlog p50 / p99 ms", "step p99 ms"], rows),
         "",
         "In Tulip: what Tulip reported for each query (arrival to rows on the host: waiting for a step, and "
         "from the launch to the rows, behind the steps already on the device); the rest of a query's latency is "
         "the host path outside Tulip (client, Ivy's tokenizing and rendering, transport) on the shared cores. "
         "Batch requests are the indexing clients' 32-passage requests (Ivy splits each into chunks). "
-        + ("Device busy: modelled busy time over the window, from `--sim-log`; step p99: modelled device time "
-           "of the window's steps." if d.get("simulated") else
+        + ("Device busy: modelled busy time over the window, from `--sim-log`; device backlog: at evenly "
+           "spread instants of the window, how long the steps already launched still run on the device (what a "
+           "query launched at once waits there before its own step, free of the host's noise); step p99: "
+           "modelled device time of the window's steps." if d.get("simulated") else
            "Step p99: Tulip's step-duration histogram (buckets double; linear inside the bucket)."),
         "",
         flags,

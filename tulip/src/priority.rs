@@ -108,6 +108,9 @@ pub struct Plan {
     pub batch_allowed: bool,
     /// When batch work held back by the limit may go (launch ahead).
     pub retry_at: Option<Instant>,
+    /// Batch work may go only because the device is about to run out of
+    /// work (past the in-flight limit).
+    pub ahead: bool,
 }
 
 /// The pool's view of the classes at the moment a step is planned.
@@ -142,6 +145,7 @@ impl Settings {
             fill: max_batch_tokens,
             batch_allowed: true,
             retry_at: None,
+            ahead: false,
         };
         if !self.enabled {
             return full;
@@ -170,14 +174,16 @@ impl Settings {
             })
             .min(batch);
         let under_limit = self.batch_inflight == 0 || m.batch_steps < self.batch_inflight;
-        let ahead = self.launch_ahead.then_some(m.launch_at).flatten();
-        let batch_allowed = under_limit || ahead.is_some_and(|t| m.now >= t);
+        let launch_at = self.launch_ahead.then_some(m.launch_at).flatten();
+        let ahead = !under_limit && launch_at.is_some_and(|t| m.now >= t);
+        let batch_allowed = under_limit || ahead;
         Plan {
             order,
             budget: [max_batch_tokens, batch],
             fill,
             batch_allowed,
-            retry_at: if batch_allowed { None } else { ahead },
+            retry_at: if batch_allowed { None } else { launch_at },
+            ahead,
         }
     }
 }
@@ -305,7 +311,11 @@ mod tests {
         assert!(!p.batch_allowed);
         assert_eq!(p.retry_at, Some(m.now + ms(3)));
         m.launch_at = Some(m.now - ms(1));
-        assert!(s.plan(100, &m).batch_allowed);
+        let p = s.plan(100, &m);
+        assert!(p.batch_allowed && p.ahead);
+        m.batch_steps = 0;
+        assert!(!s.plan(100, &m).ahead, "under the limit is not ahead");
+        m.batch_steps = 1;
         // Without launching ahead the limit holds until the step ends.
         let strict = Settings {
             launch_ahead: false,
@@ -334,7 +344,8 @@ mod tests {
                 budget: [100, 100],
                 fill: 100,
                 batch_allowed: true,
-                retry_at: None
+                retry_at: None,
+                ahead: false
             }
         );
     }

@@ -245,6 +245,14 @@ impl Pool {
         Ok(Submitted::Queued)
     }
 
+    /// One slot past `--max-inflight` for a batch step launched ahead
+    /// (`priority.rs`): with one batch step and a query in flight, the next
+    /// batch step still reaches the device before it runs out of work.
+    fn ahead_slot(&self) -> usize {
+        let p = &self.priority;
+        usize::from(p.enabled && p.launch_ahead && p.batch_inflight > 0)
+    }
+
     /// Whether a request may run inline at all: inline steps are on and it
     /// makes one small step by itself. Larger requests always go through
     /// the scheduler thread: their step dwarfs a hand-off, and an inline
@@ -264,8 +272,9 @@ impl Pool {
             if s.shutdown {
                 return Work::Stop(std::mem::take(&mut s.releases));
             }
-            if s.inflight < self.max_inflight {
-                let batch = self.take_batch(&mut s);
+            if s.inflight < self.max_inflight + self.ahead_slot() {
+                let extra = s.inflight >= self.max_inflight;
+                let batch = self.take_batch(&mut s, extra);
                 if !batch.is_empty() {
                     let busy = s.inflight > 0;
                     // Work left waiting: this step is as full as it gets.
@@ -297,9 +306,13 @@ impl Pool {
     /// From the queues in the order the priority plan gives, each first
     /// come first served, up to its token budget and the sequence cap, with
     /// at most `plan.fill` batch tokens in a step carrying interactive work
-    /// and no batch work at all when the plan keeps the slot for queries. A
+    /// and no other batch work when the plan keeps the slot for queries. A
     /// batch holds one output kind; it always takes at least one sequence.
-    fn take_batch(&self, s: &mut State) -> Vec<SeqRef> {
+    ///
+    /// `extra`: every `--max-inflight` slot is taken (a batch step and the
+    /// query holding the slot kept for it): only a batch step launched
+    /// ahead may go, in one slot more.
+    fn take_batch(&self, s: &mut State, extra: bool) -> Vec<SeqRef> {
         let batch_queue = self.priority.queue_index(Class::Batch);
         let now = Instant::now();
         let plan = self.priority.plan(
@@ -318,20 +331,25 @@ impl Pool {
             },
         );
         s.retry_at = plan.retry_at;
+        if extra && !plan.ahead {
+            return Vec::new();
+        }
+        let order: &[usize] = if extra { &[1] } else { &plan.order };
         let mut batch: Vec<SeqRef> = Vec::new();
         let (mut tokens, mut batch_tokens) = (0, 0);
-        for q in plan.order {
+        for &q in order {
             // Only with priorities on does queue 1 hold batch work.
             let batch_work = q == 1;
-            if batch_work && !plan.batch_allowed {
+            let with_queries = batch
+                .iter()
+                .any(|seq| seq.request.class == Class::Interactive);
+            if batch_work && !with_queries && !plan.batch_allowed {
                 continue; // the slot stays free for interactive work
             }
-            let fill = if batch_work
-                && batch
-                    .iter()
-                    .any(|seq| seq.request.class == Class::Interactive)
-            {
-                plan.fill // the query's own step stays short
+            // A query's own step may carry the fill even past the batch
+            // in-flight limit: it is the query's step, and the fill bounds it.
+            let fill = if batch_work && with_queries {
+                plan.fill
             } else {
                 usize::MAX
             };

@@ -305,6 +305,63 @@ fn a_slot_is_kept_for_queries_while_a_batch_step_runs() {
 }
 
 #[test]
+fn a_querys_step_takes_its_fill_even_in_the_kept_slot() {
+    // No capacity measured yet: the fill falls back to the token bound, 5.
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        batch_step_tokens: 5,
+        interactive_fill: Duration::from_millis(1),
+        ..on()
+    };
+    let pool = Pool::new(100, 64, 2, false, settings);
+    let (warm, _rw) = classed(Kind::Dense, Class::Interactive, &[1]);
+    pool.submit(warm, false).unwrap();
+    let w = batch(pool.next_work());
+    pool.finish_step(&w, None, None);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+    let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[1]);
+    pool.submit(q, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![1, 4]);
+}
+
+#[test]
+fn a_batch_step_launched_ahead_takes_one_slot_more_but_only_when_due() {
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        launch_ahead: true,
+        interactive_fill: Duration::ZERO,
+        ..on()
+    };
+    let pool = Pool::new(4, 64, 2, false, settings);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    // A first batch step measures the device: 4 tokens in 50 ms.
+    let first = batch(pool.next_work());
+    let t = Instant::now();
+    pool.on_device(&first, t);
+    std::thread::sleep(Duration::from_millis(50));
+    pool.finish_step(&first, None, Some((t, true)));
+    // A query makes interactive traffic active.
+    let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[2]);
+    pool.submit(q, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![2]);
+    // One batch step runs (~50 ms at that pace); the query holds the kept slot.
+    let running = batch(pool.next_work());
+    assert_eq!(lengths(&running), vec![4]);
+    let on = Instant::now();
+    pool.on_device(&running, on);
+    assert_eq!(pool.inflight(), 2);
+    // The next batch step goes in one slot more, when the running one is
+    // about to end: not before.
+    let ahead = batch(pool.next_work());
+    assert_eq!(lengths(&ahead), vec![4]);
+    assert!(on.elapsed() >= Duration::from_millis(30), "launched ahead too early");
+    assert_eq!(pool.inflight(), 3);
+}
+
+#[test]
 fn without_queries_batch_steps_use_every_slot() {
     let settings = priority::Settings {
         batch_inflight: 1,
