@@ -165,8 +165,9 @@ def measure(sides: dict[str, Side], load: Load, rounds: int, seconds: float, goa
             s["batch"] = isolation_report.percentiles(batch)
             s["docs_per_s_by_round"] = [round(r.docs_per_s, 1) for r, _ in runs]
             s["docs_per_s"] = statistics.median(s["docs_per_s_by_round"])
-            if load.bulk_file:
-                s["bulk_docs_per_s"] = statistics.median(r.bulk_docs_per_s for r, _ in runs)
+            bulk = [r.bulk_docs_per_s for r, _ in runs if r.bulk_docs_per_s is not None]
+            if bulk:
+                s["bulk_docs_per_s"] = statistics.median(bulk)
             raw[name]["batch"] = [round(x, 2) for x in batch]
         if runs and runs[0][1]:
             s["busy_by_round"] = [round(sim["busy"], 4) for _, sim in runs]
