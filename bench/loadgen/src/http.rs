@@ -13,20 +13,30 @@ pub struct Timing {
 }
 
 pub struct Client {
+    target: String,
     stream: TcpStream,
     buf: Vec<u8>,
+    /// A response came back on this connection (so the server may close
+    /// it while idle, as keep-alive servers do).
+    used: bool,
 }
 
 impl Client {
     pub async fn connect(target: &str) -> Result<Self, String> {
+        Ok(Self {
+            target: target.to_owned(),
+            stream: Self::open(target).await?,
+            buf: Vec::with_capacity(1 << 16),
+            used: false,
+        })
+    }
+
+    async fn open(target: &str) -> Result<TcpStream, String> {
         let stream = TcpStream::connect(target)
             .await
             .map_err(|e| format!("connect {target}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        Ok(Self {
-            stream,
-            buf: Vec::with_capacity(1 << 16),
-        })
+        Ok(stream)
     }
 
     /// The bytes of one POST of `body` to `path`.
@@ -43,8 +53,18 @@ impl Client {
     /// Sends a prepared request and reads the whole response; returns the
     /// status code and the server's own timing headers (Ivy's
     /// `x-queue-time` and `x-inference-time`, ms: what Tulip reported).
+    /// A kept-alive connection the server closed while it was idle is
+    /// replaced once, as every HTTP client does.
     pub async fn send_timed(&mut self, request: &[u8]) -> Result<(u16, Timing), String> {
-        let (status, head_end) = self.exchange(request).await?;
+        let (status, head_end) = match self.exchange(request).await {
+            Err(_) if self.used => {
+                self.stream = Self::open(&self.target).await?;
+                self.used = false;
+                self.exchange(request).await?
+            }
+            other => other?,
+        };
+        self.used = true;
         let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|e| e.to_string())?;
         let header = |name: &str| -> Option<f64> {
             head.lines().find_map(|l| {
