@@ -150,3 +150,18 @@ def test_batch_work_advances_under_a_steady_query_stream(tmp_path, log_dir):
     finally:
         stop.set()
         assert tulip.stop() == 0
+
+
+def test_the_priority_flags_default_per_device_and_read_the_environment(monkeypatch):
+    from tulip.launcher import CPU_PRIORITY, GPU_PRIORITY, parser, priority_settings
+
+    gpu = priority_settings(parser().parse_args([]), gpu=True)
+    cpu = priority_settings(parser().parse_args([]), gpu=False)
+    assert {k: gpu[k] for k in GPU_PRIORITY} == GPU_PRIORITY
+    assert {k: cpu[k] for k in CPU_PRIORITY} == CPU_PRIORITY
+    monkeypatch.setenv("TULIP_BATCH_STEP_MS", "2.5")
+    monkeypatch.setenv("TULIP_BATCH_LAUNCH_AHEAD", "false")
+    args = parser().parse_args(["--batch-inflight", "0", "--interactive-fill-ms", "inf"])
+    got = priority_settings(args, gpu=True)
+    assert (got["batch_step_ms"], got["launch_ahead"], got["batch_inflight"]) == (2.5, False, 0)
+    assert got["interactive_fill_ms"] == float("inf")
