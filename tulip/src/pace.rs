@@ -158,6 +158,10 @@ mod tests {
         p.ended(t, false, true, t + ms(3));
         assert!(close(p.free_at(), t + ms(4)));
         // Twice the host time of a launch.
-        assert!((p.lead().as_secs_f64() - 600e-6).abs() < 1e-9, "{:?}", p.lead());
+        assert!(
+            (p.lead().as_secs_f64() - 600e-6).abs() < 1e-9,
+            "{:?}",
+            p.lead()
+        );
     }
 }

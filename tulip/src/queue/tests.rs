@@ -357,7 +357,10 @@ fn a_batch_step_launched_ahead_takes_one_slot_more_but_only_when_due() {
     // about to end: not before.
     let ahead = batch(pool.next_work());
     assert_eq!(lengths(&ahead), vec![4]);
-    assert!(on.elapsed() >= Duration::from_millis(30), "launched ahead too early");
+    assert!(
+        on.elapsed() >= Duration::from_millis(30),
+        "launched ahead too early"
+    );
     assert_eq!(pool.inflight(), 3);
 }
 
