@@ -26,7 +26,7 @@ GPU_MAX_BATCH_TOKENS, CPU_MAX_BATCH_TOKENS = 16384, 4096
 # isolation` (the CPU's); the figures are in docs/serving.md.
 GPU_PRIORITY = {"batch_step_tokens": 0, "batch_step_ms": 4.0, "interactive_fill_ms": 0.0, "batch_inflight": 1,
                 "launch_ahead": True}
-CPU_PRIORITY = {"batch_step_tokens": 1024, "batch_step_ms": 0.0, "interactive_fill_ms": 0.0, "batch_inflight": 0,
+CPU_PRIORITY = {"batch_step_tokens": 1024, "batch_step_ms": 0.0, "interactive_fill_ms": 60.0, "batch_inflight": 0,
                 "launch_ahead": False}
 
 
