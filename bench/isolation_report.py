@@ -122,7 +122,10 @@ def plot(d: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import LogLocator, ScalarFormatter
+
     raw = d["raw"]
+    colors = {name: f"C{i}" for i, name in enumerate(d["scenarios"])}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, cls, title in [(axes[0], "queries", "interactive class: queries"),
                            (axes[1], "batch", "batch class: indexing requests")]:
@@ -131,8 +134,11 @@ def plot(d: dict, path) -> None:
             if ms.size == 0:
                 continue
             tail = 1.0 - np.arange(ms.size) / ms.size
-            ax.step(ms, tail, where="post", label=s["label"])
+            ax.step(ms, tail, where="post", label=s["label"], color=colors[name])
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_yscale("log")
         ax.set_ylim(1e-4, 1.05)
         for q in (0.01, 0.001):
@@ -142,7 +148,8 @@ def plot(d: dict, path) -> None:
         ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=7)
     names = [n for n in d["scenarios"] if d["scenarios"][n].get("docs_per_s")]
-    axes[2].bar(range(len(names)), [d["scenarios"][n]["docs_per_s"] for n in names], color="tab:green")
+    axes[2].bar(range(len(names)), [d["scenarios"][n]["docs_per_s"] for n in names],
+                color=[colors[n] for n in names])
     axes[2].set_xticks(range(len(names)), [d["scenarios"][n]["label"] for n in names], fontsize=7, rotation=12)
     axes[2].set_ylabel("indexing documents/s (median round)")
     fig.suptitle(d.get("title", "Queries under indexing"), fontsize=10)
