@@ -140,7 +140,8 @@ def measure(sides: dict[str, Side], load: Load, rounds: int, seconds: float, goa
         for name in order:
             side = sides["priority" if name == "idle" else name]
             before = step_histogram(side.tulip)
-            r = run_round(side.ivy.port, load, seconds, indexing=name != "idle")
+            r = run_round(side.ivy.port, load, seconds, indexing=name != "idle",
+                          batch_tokens=lambda t=side.tulip: class_tokens(t, "batch"))
             steps[name].append(step_p99(before, step_histogram(side.tulip)))
             sim = sim_window(side.sim_log, *r.window_ns) if side.sim_log else {}
             per[name].append((r, sim))
@@ -165,6 +166,8 @@ def measure(sides: dict[str, Side], load: Load, rounds: int, seconds: float, goa
             s["batch"] = isolation_report.percentiles(batch)
             s["docs_per_s_by_round"] = [round(r.docs_per_s, 1) for r, _ in runs]
             s["docs_per_s"] = statistics.median(s["docs_per_s_by_round"])
+            s["batch_tokens_per_s_by_round"] = [round(r.batch_tokens_per_s, 1) for r, _ in runs]
+            s["batch_tokens_per_s"] = statistics.median(s["batch_tokens_per_s_by_round"])
             bulk = [r.bulk_docs_per_s for r, _ in runs if r.bulk_docs_per_s is not None]
             if bulk:
                 s["bulk_docs_per_s"] = statistics.median(bulk)
@@ -280,6 +283,12 @@ def query_load(port: int, queries: list[str], rate: float, threads: int, stop_af
     if errors:
         raise RuntimeError(f"{len(errors)} queries failed; first: {errors[0]}")
     return {"latencies": latencies, "late": state["late"]}
+
+
+def class_tokens(tulip: Tulip, cls: str) -> float:
+    """Tulip's tokens processed so far for a priority class."""
+    m = re.search(rf'^tulip_class_tokens_total\{{class="{cls}"\}} (\S+)$', tulip.metrics(), re.M)
+    return float(m.group(1)) if m else 0.0
 
 
 def step_histogram(tulip: Tulip) -> dict[float, float]:

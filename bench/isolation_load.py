@@ -29,6 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 LOADGEN = [REPO / "target" / "dist" / "loadgen", REPO / "target" / "release" / "loadgen"]
@@ -69,15 +70,20 @@ class Round:
     bulk_docs_per_s: float | None = None
     window_ns: tuple[int, int] = (0, 0)
     query_client: str = ""
+    # Batch-class tokens the replica finished per second of the window (its
+    # own counter, read at the window's edges: no request cut in half).
+    batch_tokens_per_s: float | None = None
 
     @property
     def docs_per_s(self) -> float:
         return self.index_docs_per_s + (self.bulk_docs_per_s or 0.0)
 
 
-def run_round(port: int, load: Load, seconds: float, indexing: bool = True) -> Round:
+def run_round(port: int, load: Load, seconds: float, indexing: bool = True,
+              batch_tokens: Callable[[], float] | None = None) -> Round:
     """Queries (and, with ``indexing``, the indexing clients and the bulk
-    client) against Ivy on ``port`` for ``seconds``."""
+    client) against Ivy on ``port`` for ``seconds``; ``batch_tokens`` reads
+    the replica's batch-class token counter at the window's edges."""
     out = Round(seconds)
     bulk = Bulk(port, load.bulk_file) if indexing and load.bulk_file else None
     index = Indexers(port, load.index_bodies, load.path) if indexing and load.index_bodies else None
@@ -93,7 +99,10 @@ def run_round(port: int, load: Load, seconds: float, indexing: bool = True) -> R
         if index:
             index.go(go + seconds)
         queries.go()
+        tokens_at_go = batch_tokens() if batch_tokens else None
         time.sleep(max(0.0, go + seconds - time.perf_counter()))
+        if tokens_at_go is not None:
+            out.batch_tokens_per_s = (batch_tokens() - tokens_at_go) / (time.perf_counter() - go)
         if bulk:
             out.bulk_docs_per_s = bulk.rate_since(go)
         q = queries.finish()

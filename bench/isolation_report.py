@@ -54,10 +54,14 @@ def targets(d: dict, goals: dict) -> list[dict]:
         out.append({"target": f"query p99 ≤ idle p99 + {goal:g} ms",
                     "value": f"{on['queries']['p99']:.2f} ms = idle {idle['queries']['p99']:.2f} + {over:.2f} ms",
                     "met": over <= goal, "by": f"{over - goal:+.2f} ms against the goal"})
-    share = on["docs_per_s"] / fcfs["docs_per_s"]
+    # Throughput: batch tokens the replica finished in the windows (its own
+    # counter; the clients' documents/s beside it count whole requests).
+    share = on["batch_tokens_per_s"] / fcfs["batch_tokens_per_s"]
+    docs = on["docs_per_s"] / fcfs["docs_per_s"]
     goal = goals["throughput_vs_fcfs"]
     out.append({"target": f"indexing throughput ≥ {goal:.0%} of first-come-first-served",
-                "value": f"{share:.1%}", "met": share >= goal, "by": f"{(share - goal) * 100:+.1f} points"})
+                "value": f"{share:.1%} of its batch tokens/s (clients' documents/s: {docs:.1%})",
+                "met": share >= goal, "by": f"{(share - goal) * 100:+.1f} points"})
     return out
 
 
@@ -71,6 +75,7 @@ def markdown(d: dict) -> str:
         rows.append([s["label"], q["count"], ci(q, "p50"), ci(q, "p99"), ci(q, "p99_9"),
                      f"{t['p50']:.2f} / {t['p99']:.2f}" if t.get("count") else "-", s["late"],
                      ci(b, "p50") if b else "-", ci(b, "p99") if b else "-",
+                     f"{s['batch_tokens_per_s']:,.0f}" if s.get("batch_tokens_per_s") else "-",
                      f"{s['docs_per_s']:.1f}" if s.get("docs_per_s") else "-",
                      f"{s['bulk_docs_per_s']:.1f}" if s.get("bulk_docs_per_s") else "-",
                      f"{s['busy']:.1%}" if s.get("busy") is not None else "-",
@@ -91,13 +96,16 @@ def markdown(d: dict) -> str:
         f"Load average: {p['load_before']} before, {p['load_after']} after.\n",
         table(["scenario", "queries", "query p50 ms", "query p99 ms", "query p99.9 ms",
                "in Tulip p50 / p99 ms", "late",
-               "batch request p50 ms", "batch request p99 ms", "indexing docs/s", "of which bulk",
+               "batch request p50 ms", "batch request p99 ms", "batch tokens/s (Tulip)", "indexing docs/s",
+               "of which bulk",
                "device busy", "device backlog p50 / p99 ms", "step p99 ms"], rows),
         "",
         "In Tulip: what Tulip reported for each query (arrival to rows on the host: waiting for a step, and "
         "from the launch to the rows, behind the steps already on the device); the rest of a query's latency is "
         "the host path outside Tulip (client, Ivy's tokenizing and rendering, transport) on the shared cores. "
-        "Batch requests are the indexing clients' 32-passage requests (Ivy splits each into chunks). "
+        "Batch requests are the indexing clients' 32-passage requests (Ivy splits each into chunks). Batch "
+        "tokens/s: Tulip's batch-class token counter over each window (the throughput the target reads); "
+        "indexing docs/s: the clients' completed documents, each client over its own requests' span. "
         + ("Device busy: modelled busy time over the window, from `--sim-log`; device backlog: at evenly "
            "spread instants of the window, how long the steps already launched still run on the device (what a "
            "query launched at once waits there before its own step, free of the host's noise); step p99: "
@@ -147,11 +155,11 @@ def plot(d: dict, path) -> None:
         ax.set_ylabel("share of requests slower")
         ax.set_title(title, fontsize=9)
     axes[0].legend(fontsize=7)
-    names = [n for n in d["scenarios"] if d["scenarios"][n].get("docs_per_s")]
-    axes[2].bar(range(len(names)), [d["scenarios"][n]["docs_per_s"] for n in names],
+    names = [n for n in d["scenarios"] if d["scenarios"][n].get("batch_tokens_per_s")]
+    axes[2].bar(range(len(names)), [d["scenarios"][n]["batch_tokens_per_s"] for n in names],
                 color=[colors[n] for n in names])
     axes[2].set_xticks(range(len(names)), [d["scenarios"][n]["label"] for n in names], fontsize=7, rotation=12)
-    axes[2].set_ylabel("indexing documents/s (median round)")
+    axes[2].set_ylabel("indexing: batch tokens/s in Tulip (median round)")
     fig.suptitle(d.get("title", "Queries under indexing"), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

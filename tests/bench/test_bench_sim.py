@@ -35,7 +35,7 @@ def test_sim_quick_run(tmp_path):
         assert iso["params"]["cost_model"]["name"] == m
         for name, s in iso["scenarios"].items():
             assert s["queries"]["count"] > 0 and s["busy"] > 0, name
-            assert name == "idle" or (s["docs_per_s"] > 0 and s["batch"]["count"] > 0), name
+            assert name == "idle" or (s["batch_tokens_per_s"] > 0 and s["batch"]["count"] > 0), name
         assert len(iso["targets"]) == 3
         assert (tmp_path / f"sim-isolation-{m}.png").stat().st_size > 0
     assert r["launch_us"] > 0 and "t0" in r["cost_model"]
