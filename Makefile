@@ -58,6 +58,9 @@ test: install test-rust test-python
 
 test-rust:
 	$(CARGO) test --release --workspace
+	# The compiled load generator (its dependencies are built by the tests
+	# above): the simulated-device dry run times and profiles with it.
+	$(CARGO) build --release -p loadgen
 
 test-python:
 	$(PY) -m pytest -q tests

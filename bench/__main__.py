@@ -10,10 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-from bench.external import SCRIPTS
-from bench.results import Writer, default_dir, now
+from bench.harness.external import SCRIPTS
+from bench.harness.results import Writer, default_dir, now
 
-# command → module in bench/ (each has TITLE and run(stack, **options)).
+# command → module in bench/suites/ (each has TITLE and run(stack, **options)).
 COMMANDS = {
     "online": "online",
     "scoring": "scoring",
@@ -58,8 +58,8 @@ def parser() -> argparse.ArgumentParser:
 def set_environment() -> None:
     """Before torch loads, here and (inherited) in every server started.
     OpenMP workers that spin while waiting are ruinous on a shared,
-    oversubscribed machine (a 2-thread forward measured 5x slower than a
-    1-thread one under load); passive waiting applies to every side alike."""
+    oversubscribed machine (bench/README.md, "Same threads"); passive
+    waiting applies to every side alike."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     command = [Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]
     writer = Writer(out, command)
     if args.command == "cpu":
-        from bench import cpu
+        from bench.suites import cpu
 
         return cpu.run_suite(writer, args)
     if args.command == "sim":  # the simulated device (docs/simulated-device.md)
@@ -96,21 +96,21 @@ def main(argv: list[str] | None = None) -> int:
         print(path.read_text())
         return 0
     if args.command in SCRIPTS:
-        from bench import external
+        from bench.harness import external
 
         status = external.run(args.command, writer.out_dir, args.threads)
         print(json.dumps(status, indent=1))
         return 0 if status["status"] in ("ran", "not available") else 1
     if args.command == "tokenizer":
-        from bench import tokenizer
+        from bench.suites import tokenizer
 
         status = tokenizer.run_program(writer.out_dir)
         print(json.dumps(status, indent=1))
         return 0 if status["status"] in ("ran", "not available") else 1
 
-    from bench.stack import Stack
+    from bench.harness.stack import Stack
 
-    module = importlib.import_module(f"bench.{COMMANDS[args.command]}")
+    module = importlib.import_module(f"bench.suites.{COMMANDS[args.command]}")
     started = now()
     # `ray --quick`: a tenth of the documents (the full run takes many minutes).
     opts = module.options(0.1 if args.command == "ray" and args.mode == "quick" else args.scale)

@@ -21,9 +21,7 @@ COPY proto proto
 COPY telemetry telemetry
 COPY ivy ivy
 COPY tulip tulip
-COPY bench/tokenizer bench/tokenizer
-COPY bench/floor bench/floor
-COPY bench/loadgen bench/loadgen
+COPY bench/crates bench/crates
 # The same command as `make ivy`; target/ lives in a cache mount, so the
 # binary is copied out within the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -39,9 +39,7 @@ COPY proto proto
 COPY telemetry telemetry
 COPY ivy ivy
 COPY tulip tulip
-COPY bench/tokenizer bench/tokenizer
-COPY bench/floor bench/floor
-COPY bench/loadgen bench/loadgen
+COPY bench/crates bench/crates
 COPY rose rose
 COPY tulip_rose_cli tulip_rose_cli
 COPY packaging packaging

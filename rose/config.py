@@ -31,7 +31,7 @@ from typing import Any
 
 from .errors import ModelLoadError
 from .interface import OutputKind
-from .pipeline import Pipeline, read_json, read_pipeline
+from .st_modules import Pipeline, read_json, read_pipeline
 
 SPARSE_HEAD = "sparse_linear.pt"
 COLBERT_HEAD = "colbert_linear.pt"

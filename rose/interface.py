@@ -108,6 +108,10 @@ class Layout:
         return out
 
 
+# Kind by name: an enum lookup by value is several times slower.
+_KINDS: dict[object, OutputKind] = {**{k.value: k for k in OutputKind}, **{k: k for k in OutputKind}}
+
+
 @functools.lru_cache(maxsize=4096)
 def _layout(sequences: int, real_tokens: int, padded_tokens: int | None) -> Layout:
     return Layout._make(sequences, real_tokens, padded_tokens)
@@ -137,25 +141,37 @@ class Batch:
     engine (``resolved`` is False).
     """
 
-    __slots__ = ("arena", "layout", "kind", "resolved", "_np", "_lengths")
+    __slots__ = ("_arena", "layout", "kind", "resolved", "_np", "_lengths")
 
     def __init__(self, arena: torch.Tensor, layout: Layout, kind: OutputKind | str = OutputKind.DENSE,
                  resolved: bool = False):
         if arena.dtype != torch.int32 or arena.numel() < layout.size:
             raise ValueError(f"arena must be int32 with at least {layout.size} words")
-        self.arena = arena
+        self._arena = arena
         self.layout = layout
         self.kind = OutputKind(kind)
         self.resolved = resolved
         self._np = None
         self._lengths = None
 
-    def numpy_field(self, name: str) -> np.ndarray:
-        """A NumPy view of one field (host-side checks are cheaper in NumPy)."""
+    @property
+    def arena(self) -> torch.Tensor:
+        """The arena as an int32 tensor (made once, sharing the memory)."""
+        if self._arena is None:
+            self._arena = torch.from_numpy(self._np)
+        return self._arena
+
+    def numpy(self) -> np.ndarray:
+        """The arena as NumPy (a view, made once): host-side work on small
+        arrays is cheaper in NumPy."""
         if self._np is None:
-            self._np = self.arena.numpy()
+            self._np = self._arena.numpy()
+        return self._np
+
+    def numpy_field(self, name: str) -> np.ndarray:
+        """A NumPy view of one field."""
         o, n = self.layout.offsets[name]
-        return self._np[o:o + n]
+        return self.numpy()[o:o + n]
 
     @property
     def num_sequences(self) -> int:
@@ -203,7 +219,18 @@ class Batch:
         it is writable)."""
         if isinstance(arena, bytes):
             arena = bytearray(arena)
-        return cls(torch.frombuffer(arena, dtype=torch.int32), _layout(sequences, tokens, None), kind, True)
+        # NumPy first: a step on static buffers only ever reads it as NumPy,
+        # and a tensor costs a torch dispatch to make.
+        batch = cls.__new__(cls)
+        batch._np = np.frombuffer(arena, dtype=np.int32)
+        batch._arena = None
+        batch.layout = _layout(sequences, tokens, None)
+        batch.kind = _KINDS.get(kind) or OutputKind(kind)  # type: ignore[call-overload]
+        batch.resolved = True
+        batch._lengths = None
+        if batch._np.size < batch.layout.size:
+            raise ValueError(f"arena must hold at least {batch.layout.size} int32 words")
+        return batch
 
     @classmethod
     def from_lists(

@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .errors import DeviceError, is_sticky_cuda_error
-from .pinned import PinnedPool
+
+if TYPE_CHECKING:  # the pool is handed in; this module needs only its release()
+    from .step.staging import Buffer, PinnedPool
 
 # Seconds a Python-side wait may take (the same variable bounds Tulip's).
 SYNC_TIMEOUT_S = float(os.environ.get("TULIP_EVENT_TIMEOUT_S") or 120)
@@ -42,7 +45,7 @@ class LazyTensor:
     __slots__ = ("_host", "_event", "_pool", "_buffers", "rows", "cols", "info")
 
     def __init__(self, host: torch.Tensor, rows: int, cols: int, *, event=None,
-                 pool: PinnedPool | None = None, buffers: tuple[torch.Tensor, ...] = (),
+                 pool: PinnedPool | None = None, buffers: tuple[Buffer, ...] = (),
                  info: StepInfo | None = None):
         if host.dtype != torch.float32 or host.device.type != "cpu" or not host.is_contiguous():
             raise ValueError("LazyTensor holds a contiguous float32 host tensor")
@@ -67,19 +70,30 @@ class LazyTensor:
         return cls(out.view(-1), rows, cols, info=info)
 
     @classmethod
-    def copy_from_device(cls, out: torch.Tensor, pool: PinnedPool, staging: tuple[torch.Tensor, ...] = (),
-                         info: StepInfo | None = None) -> "LazyTensor":
+    def staged(cls, buf: Buffer, rows: int, cols: int, event, pool: PinnedPool,
+               staging: tuple[Buffer, ...], info: StepInfo | None) -> LazyTensor:
+        """An output on its way into pool buffer ``buf`` (whose float32 view
+        holds ``rows * cols`` values): the step's own path, so nothing is
+        checked again. ``staging`` (the step's input buffers) returns to the
+        pool with ``buf``, once ``event`` has completed."""
+        lazy = cls.__new__(cls)
+        lazy._host, lazy._event, lazy._pool, lazy._buffers = buf.floats, event, pool, (buf, *staging)
+        lazy.rows, lazy.cols, lazy.info = rows, cols, info
+        return lazy
+
+    @classmethod
+    def copy_from_device(cls, out: torch.Tensor, pool: PinnedPool, staging: tuple[Buffer, ...] = (),
+                         info: StepInfo | None = None) -> LazyTensor:
         """Queues an async copy of a device ``[rows, cols]`` float32 output into
         a pinned buffer and records the event after it. ``staging`` are pinned
         input buffers this step read from; they return to the pool with the
         output buffer, once the event has completed."""
         rows, cols = out.shape
         buf = pool.acquire(rows * cols * 4)
-        host = buf.view(torch.float32)
-        host[: rows * cols].copy_(out.reshape(-1), non_blocking=True)
+        buf.floats[: rows * cols].copy_(out.reshape(-1), non_blocking=True)
         event = torch.cuda.Event(blocking=True)
         event.record()
-        return cls(host, rows, cols, event=event, pool=pool, buffers=(buf, *staging), info=info)
+        return cls.staged(buf, rows, cols, event, pool, staging, info)
 
     def describe(self) -> tuple[int, int, int, int, str, int, float]:
         """Everything a host outside Python reads, in one call: (host_ptr,

@@ -166,8 +166,8 @@ def parser() -> argparse.ArgumentParser:
            help="on the CPU, steps with fewer tokens run on one torch thread (wake-ups of "
                 "more threads cost more than they save on tiny batches); 0 = always all threads")
     p.flag("--cpu-packed-linear", type=parse_bool, default=True,
-           help="on the CPU at float32, linear layers run on weights packed once for oneDNN (2-3x faster "
-                "matmuls than PyTorch's default on a 2-core AMD EPYC, same precision); false = PyTorch's own")
+           help="on the CPU at float32, linear layers run on weights packed once for oneDNN (faster "
+                "matmuls than PyTorch's default, same precision: docs/latency.md); false = PyTorch's own")
     p.flag("--cpu-fast-path", type=parse_bool, default=True,
            help="on the CPU at float32, small steps run on ONNX Runtime from the model exported at run time, "
                 "built in the background per token bucket on first use and gated against the eager step "
@@ -265,7 +265,7 @@ def _load_engine(args, model: str, log):
     """The ROSE engine (or the simulated one), its model directory and id."""
     # oneDNN caches a compiled primitive per input shape; without the cache
     # every packed linear call (rose/models/packed.py) compiles its kernel
-    # again, about 0.1 ms: most of a query's step. Packed layers pad their
+    # again, which can be most of a query's step. Packed layers pad their
     # rows to one of 63 sizes up to 4096 rows (the CPU token budget), and
     # nothing else reaches oneDNN (packing turns PyTorch's own dispatch to
     # it off), so 512 entries hold eight weight shapes at every size. Set
@@ -274,10 +274,8 @@ def _load_engine(args, model: str, log):
     import torch
 
     from rose import Engine, RoseError
-    from rose.cpubf16 import Bf16Settings
-    from rose.cpufast import FastPathSettings
-    from rose.graphs import GraphSettings
     from rose.hub import resolve
+    from rose.step.graphs import GraphSettings
 
     try:
         model_dir, name = resolve(model)
@@ -299,27 +297,32 @@ def _load_engine(args, model: str, log):
         else:
             engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
                                      model_id=model_id, graphs=args.graphs, graph_settings=settings,
-                                     packed_linear=args.cpu_packed_linear, cpu_fast_path=args.cpu_fast_path,
-                                     cpu_fast_path_settings=FastPathSettings(
-                                         max_tokens=args.cpu_fast_path_max_tokens or None,
-                                         threads=args.cpu_fast_path_threads,
-                                         spin=args.cpu_fast_path_spin),
-                                     cpu_bf16=args.cpu_bf16,
-                                     cpu_bf16_settings=Bf16Settings(
-                                         warm_tokens=args.max_batch_tokens or CPU_MAX_BATCH_TOKENS))
-        if engine.runner.threads is not None:
-            engine.runner.threads.small_step_tokens = args.small_step_tokens
+                                     packed_linear=args.cpu_packed_linear, cpu_runtimes=_cpu_runtimes(args),
+                                     small_step_tokens=args.small_step_tokens)
         if args.capture:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
         if args.cpu_fast_path_warm and args.device != "sim":
-            for what, warm in (("CPU fast path", engine.warm_cpu_fast_path), ("bfloat16 twin", engine.warm_cpu_bf16)):
-                states = warm()
-                if states:
-                    log.info("%s buckets: %s", what, ", ".join(f"{b} tokens {s}" for b, s in states.items()))
+            for name, states in engine.warm().items():
+                log.info("%s buckets: %s", name, ", ".join(f"{b} tokens {s}" for b, s in states.items()))
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
         raise _Refused from e
     return engine, model_dir, model_id
+
+
+def _cpu_runtimes(args) -> list:
+    """The settings of the CPU runtimes the flags ask for (rose/cpu); ROSE
+    decides which of them can serve the model, and logs why not."""
+    from rose.cpu import Bf16Settings, OnnxSettings
+
+    wanted: list = []
+    if args.cpu_fast_path:
+        wanted.append(OnnxSettings(max_tokens=args.cpu_fast_path_max_tokens or None,
+                                   threads=args.cpu_fast_path_threads, spin=args.cpu_fast_path_spin))
+    if args.cpu_bf16 is not False:
+        wanted.append(Bf16Settings(require_amx=args.cpu_bf16 is None,
+                                   warm_tokens=args.max_batch_tokens or CPU_MAX_BATCH_TOKENS))
+    return wanted
 
 
 def _check_servable(engine, model_dir, model_name: str, log) -> None:

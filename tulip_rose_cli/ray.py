@@ -215,6 +215,7 @@ class RoseEmbedder(_Embedder):
         from tokenizers import Tokenizer
 
         from rose import Engine
+        from rose.cpu import Bf16Settings
         from rose.hub import resolve
 
         if threads:
@@ -222,7 +223,8 @@ class RoseEmbedder(_Embedder):
         path, name = resolve(model)
         # cpu_bf16 as Tulip's --cpu-bf16 (None = auto: a CPU with AMX runs
         # gated steps on the model's bfloat16 twin, docs/latency.md).
-        self.engine = Engine.from_dir(path, device=device, dtype=dtype, model_id=name, cpu_bf16=cpu_bf16)
+        runtimes = [] if cpu_bf16 is False else [Bf16Settings(require_amx=cpu_bf16 is None)]
+        self.engine = Engine.from_dir(path, device=device, dtype=dtype, model_id=name, cpu_runtimes=runtimes)
         info = self.engine.info
         if self.kind not in info.kinds:
             raise ValueError(f"the model {info.model_id} produces {', '.join(info.kinds)}, not {self.kind}")

@@ -15,16 +15,12 @@ SIGTERM if this command dies without stopping them (PR_SET_PDEATHSIG)."""
 from __future__ import annotations
 
 import argparse
-import collections
-import ctypes
 import json
 import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -33,11 +29,11 @@ import urllib.request
 from pathlib import Path
 
 from tulip.flags import parse_bool
+from tulip_rose_cli.launch import NotFound, find_ivy, ivy_command, tulip_command
+from tulip_rose_cli.processes import Process, die_with_parent
 
 EXIT_CHILD_FAILED = 1
 EXIT_USAGE = 2
-# Log lines of each child kept to explain its exit.
-TAIL_LINES = 40
 
 SERVE_HELP = """\
 Serve a model on this machine: one Tulip replica per visible GPU (one on the
@@ -134,34 +130,6 @@ class Usage(Exception):
 
 # --- finding things -------------------------------------------------------
 
-def find_ivy(explicit: str | None) -> Path:
-    """The Ivy binary: --ivy-bin/IVY_BIN, else target/dist/ivy in a clone,
-    else `ivy` in this Python's scripts folder (where a wheel puts it), else
-    on PATH."""
-    if explicit:
-        path = Path(explicit)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise Usage(f"--ivy-bin/IVY_BIN {explicit} is not an executable file")
-        return path
-    looked = []
-    repo = Path(__file__).resolve().parents[1]
-    if (repo / "Cargo.toml").is_file() and (repo / "ivy").is_dir():
-        target = Path(os.environ.get("CARGO_TARGET_DIR", repo / "target"))
-        looked.append(target / "dist" / "ivy")
-    looked += [Path(sysconfig.get_path("scripts")) / "ivy", Path(sys.executable).parent / "ivy"]
-    for path in looked:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    on_path = shutil.which("ivy")
-    if on_path:
-        return Path(on_path)
-    where = ", ".join(str(p) for p in dict.fromkeys(looked))
-    raise Usage(f"the Ivy gateway binary was not found (looked in {where} and on PATH). In a clone of "
-                "tulip-rose build it with `make ivy` (cargo build --profile dist -p ivy; needs a Rust "
-                "toolchain); without one, install the tulip-rose-ivy wheel (`make wheels` builds it; "
-                "the `ivy` extra of tulip-rose), or point IVY_BIN (or --ivy-bin) at an ivy binary")
-
-
 def visible_gpus() -> int:
     """CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies).
     Without an NVIDIA device node, torch is not even imported."""
@@ -200,23 +168,7 @@ def resolve_model(model: str | None) -> tuple[str | None, str | None]:
     return str(path), name
 
 
-# --- children -------------------------------------------------------------
-
-def _pdeathsig():
-    """A preexec_fn: SIGTERM to the child when this process dies (Linux),
-    so a SIGKILLed `serve` leaves no replica behind. Loaded before any fork."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    PR_SET_PDEATHSIG = 1
-
-    def preexec():
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return preexec
-
+# --- logging --------------------------------------------------------------
 
 class Log:
     """This command's own log lines and its children's, to stderr: plain
@@ -257,67 +209,6 @@ class Log:
         self._write(json.dumps(record))
 
 
-class Child:
-    """A child process whose stdout and stderr are forwarded to the log,
-    keeping the last lines to explain an exit."""
-
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], preexec):
-        self.name = name
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, process_group=0, preexec_fn=preexec)
-        self.reader: threading.Thread | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def forward(self, log: Log) -> None:
-        def run():
-            for raw in self.proc.stdout:  # type: ignore[union-attr]
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                self.tail.append(line)
-                log.child(self.name, line)
-
-        self.reader = threading.Thread(target=run, name=f"log-{self.name}", daemon=True)
-        self.reader.start()
-
-    def exited(self) -> bool:
-        return self.proc.poll() is not None
-
-    def why(self) -> str:
-        """How it ended, e.g. 'exited with status 2' or 'was killed by SIGKILL'."""
-        rc = self.proc.returncode
-        if rc is not None and rc < 0:
-            try:
-                return f"was killed by {signal.Signals(-rc).name}"
-            except ValueError:
-                return f"was killed by signal {-rc}"
-        return f"exited with status {rc}"
-
-    def last_lines(self) -> str:
-        if self.reader is not None:
-            self.reader.join(timeout=2)  # the pipe's last lines
-        return "\n".join(self.tail) or "(no output)"
-
-    def terminate(self) -> None:
-        if not self.exited():
-            self.proc.send_signal(signal.SIGTERM)
-
-    def stop(self, timeout: float, signalled: bool = False) -> None:
-        """SIGTERM (unless ``signalled`` already: a second one could cut
-        Tulip's drain short), then SIGKILL after ``timeout`` seconds."""
-        if self.exited():
-            return
-        if not signalled:
-            self.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 # --- the stack ------------------------------------------------------------
 
 def _client_host(host: str) -> str:
@@ -333,7 +224,7 @@ class Stack:
     def __init__(self, args, log: Log):
         self.args = args
         self.log = log
-        self.children: list[Child] = []
+        self.children: list[Process] = []
         self.stopping = threading.Event()
         self.interrupts = 0
         self.socket_dir = Path(tempfile.mkdtemp(prefix="tulip-rose-"))
@@ -352,63 +243,47 @@ class Stack:
 
     def tulip_cmd(self, i: int, device: str, model_dir: str | None, model_id: str | None, n: int) -> list[str]:
         a = self.args
-        cmd = [sys.executable, "-m", "tulip", "--host", "127.0.0.1", "--port", "0",
-               "--unix-socket", str(self.socket_dir / f"tulip-{i}.sock"), "--device", device,
-               "--metrics-port", str(a.tulip_metrics_port + i if a.tulip_metrics_port else 0),
-               "--drain-timeout", str(a.drain_timeout)]
-        if model_dir:
-            cmd += ["--model", model_dir]
-        if model_id:
-            cmd += ["--model-id", model_id]
-        if a.dtype:
-            cmd += ["--dtype", a.dtype]
-        if a.max_batch_tokens:
-            cmd += ["--max-batch-tokens", str(a.max_batch_tokens)]
-        if a.json_output:
-            cmd += ["--json-output", "true"]
         # Several replicas on the CPU share its cores rather than each
         # starting a thread per core.
-        if device == "cpu" and n > 1 and not any(x.startswith("--threads") for x in a.tulip_arg):
-            cmd += ["--threads", str(max(1, (os.cpu_count() or 1) // n))]
-        return cmd + a.tulip_arg
+        shared = device == "cpu" and n > 1 and not any(x.startswith("--threads") for x in a.tulip_arg)
+        return tulip_command(
+            model_dir, host="127.0.0.1", port=0, unix_socket=str(self.socket_dir / f"tulip-{i}.sock"),
+            device=device, metrics_port=a.tulip_metrics_port + i if a.tulip_metrics_port else 0,
+            drain_timeout=a.drain_timeout, model_id=model_id, dtype=a.dtype or None,
+            max_batch_tokens=a.max_batch_tokens or None, json_output="true" if a.json_output else None,
+            threads=max(1, (os.cpu_count() or 1) // n) if shared else None) + a.tulip_arg
 
     def ivy_cmd(self, ivy: Path, n: int, default: str | None = None) -> list[str]:
         a = self.args
-        sockets = ",".join(f"unix://{self.socket_dir / f'tulip-{i}.sock'}" for i in range(n))
-        cmd = [str(ivy), "--tulip", sockets, "--host", a.host, "--port", str(a.port),
-               "--grpc-port", str(a.grpc_port), "--drain-timeout", str(a.drain_timeout)]
-        if default:
-            cmd += ["--default-model", default]
-        if a.served_model_name:
-            cmd += ["--served-model-name", a.served_model_name]
-        if a.templates:
-            cmd += ["--config", a.templates]
-        if a.json_output:
-            cmd += ["--json-output"]
-        return cmd + a.ivy_arg
+        sockets = [f"unix://{self.socket_dir / f'tulip-{i}.sock'}" for i in range(n)]
+        return ivy_command(ivy, sockets, host=a.host, port=a.port, grpc_port=a.grpc_port,
+                           drain_timeout=a.drain_timeout, default_model=default,
+                           served_model_name=a.served_model_name or None, config=a.templates or None,
+                           json_output=True if a.json_output else None) + a.ivy_arg
 
     def start(self, ivy: Path, models: list[tuple[str | None, str | None]], devices: list[str]) -> None:
         """The replicas of every model (one per device each), then Ivy in
         front of them all: Ivy groups them by the model each serves."""
-        preexec = _pdeathsig()
-        env = dict(os.environ)
-        # Ivy's replicas are these; a DNS name from the environment would conflict.
-        env.pop("IVY_TULIP_DNS", None)
-        env.pop("IVY_API_KEY", None)
+        preexec = die_with_parent()
+        # Ivy's replicas are these; a DNS name from the environment would
+        # conflict, and the API key goes to Ivy alone.
+        unset = ("IVY_TULIP_DNS", "IVY_API_KEY")
         n = len(devices) * len(models)
+
+        def child(name: str, cmd: list[str], env: dict[str, str] | None = None) -> Process:
+            return Process(name, cmd, env, on_line=lambda line: self.log.child(name, line), unset=unset,
+                           own_group=True, preexec=preexec)
+
         for m, (model_dir, model_id) in enumerate(models):
             for d, device in enumerate(devices):
                 i = m * len(devices) + d
-                self.children.append(Child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n), env,
-                                           preexec))
-        ivy_env = dict(env)
-        if self.args.api_key:
-            ivy_env["IVY_API_KEY"] = self.args.api_key
-        self.children.append(Child("ivy", self.ivy_cmd(ivy, n, default_model(models)), ivy_env, preexec))
+                self.children.append(child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n)))
+        api_key = {"IVY_API_KEY": self.args.api_key} if self.args.api_key else None
+        self.children.append(child("ivy", self.ivy_cmd(ivy, n, default_model(models)), api_key))
         # Readers start after every fork, so no child is forked while a
         # reader thread holds a lock.
         for c in self.children:
-            c.forward(self.log)
+            c.forward()
             self.log.info(f"started {c.name} (pid {c.pid})", child=c.name, pid=c.pid)
 
     def on_signal(self, signum, frame) -> None:
@@ -419,7 +294,7 @@ class Stack:
                     c.proc.kill()
         self.stopping.set()
 
-    def failed(self) -> Child | None:
+    def failed(self) -> Process | None:
         return next((c for c in self.children if c.exited()), None)
 
     def ready(self) -> bool:
@@ -434,7 +309,7 @@ class Stack:
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return False
 
-    def wait_ready(self) -> Child | None | bool:
+    def wait_ready(self) -> Process | None | bool:
         """True when ready; the child that exited; None when stopped or timed out."""
         deadline = time.monotonic() + self.args.start_timeout
         while time.monotonic() < deadline and not self.stopping.is_set():
@@ -446,7 +321,7 @@ class Stack:
             self.stopping.wait(0.2)
         return None
 
-    def watch(self) -> Child | None:
+    def watch(self) -> Process | None:
         """Until a signal (None) or a child's exit (that child)."""
         while not self.stopping.is_set():
             dead = self.failed()
@@ -471,9 +346,9 @@ class Stack:
                 c.reader.join(timeout=2)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
 
-    def report_exit(self, dead: Child) -> None:
+    def report_exit(self, dead: Process) -> None:
         self.log.error(f"{dead.name} (pid {dead.pid}) {dead.why()}; stopping the others. "
-                       f"Its last log lines:\n{dead.last_lines()}", child=dead.name, pid=dead.pid,
+                       f"Its last log lines:\n{dead.log()}", child=dead.name, pid=dead.pid,
                        returncode=dead.proc.returncode)
 
 
@@ -510,7 +385,7 @@ def run(args) -> int:
         resolved = [resolve_model(m) for m in models]
         stack = Stack(args, log)
         devices = stack.plan()
-    except Usage as e:
+    except (Usage, NotFound) as e:
         log.error(f"tulip-rose serve: {e}")
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -530,12 +405,12 @@ def run(args) -> int:
             else:
                 print(text, flush=True)
             outcome = stack.watch()
-        if isinstance(outcome, Child):
+        if isinstance(outcome, Process):
             stack.report_exit(outcome)
             return EXIT_CHILD_FAILED
         if not stack.stopping.is_set():
             log.error(f"Ivy was not ready after {args.start_timeout:g}s; stopping. Ivy's last log lines:\n"
-                      + next(c for c in stack.children if c.name == "ivy").last_lines())
+                      + next(c for c in stack.children if c.name == "ivy").log())
             return EXIT_CHILD_FAILED
         log.info("stopping: draining Ivy, then the replicas")
         return 0

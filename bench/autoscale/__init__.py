@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.autoscale import calibrate, report
 from bench.autoscale.replay import Replica, Rule, Trace, replay
-from bench.results import now
+from bench.harness.results import now
 from bench.sim.replicas import Fleet, bge_m3_dir
 
 TITLE = "Autoscaling the Tulip pool: a day replayed against the scaling rule (simulated device, compressed time)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.harness import Stats
+from bench.harness.timing import Stats
 from bench.sim.latency import token_ids
 from rose.sim import DEFAULT_COST
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.results import table
+from bench.harness.results import table
 
 
 def markdown(d: dict) -> str:

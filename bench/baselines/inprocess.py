@@ -106,7 +106,7 @@ class OnnxRuntimeBaseline:
             ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
             batch, length = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("length", min=2, max=8192)
             dyn = {"input_ids": {0: batch, 1: length}, "attention_mask": {0: batch, 1: length}}
-            from rose.cpufast import quiet_exporter
+            from rose.cpu.onnx_export import quiet_exporter
 
             with torch.no_grad(), quiet_exporter():
                 torch.onnx.export(_LastHidden(model), (ids, torch.ones_like(ids)), str(path), dynamo=True,

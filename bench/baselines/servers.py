@@ -7,8 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from bench.httpclient import HttpClient
-from tests.support.servers import REPO, Process, free_port
+from bench.harness.httpclient import HttpClient
+from bench.harness.results import REPO
+from tulip_rose_cli.processes import Process, free_port
 
 INFINITY_VENV = Path(os.environ.get("INFINITY_VENV", REPO / ".venv-infinity"))
 INFINITY_MODEL_NAME = "bench"

@@ -35,7 +35,7 @@ with zipfile.ZipFile(wheel) as z:
 print(f"extension from {wheel}")
 PY
 bins=(ivy)
-if grep -q '"bench/loadgen"' Cargo.toml; then bins+=(loadgen); fi
+if grep -q '"bench/crates/loadgen"' Cargo.toml; then bins+=(loadgen); fi
 for b in "${bins[@]}"; do
     # Ivy as shipped (`make ivy`); the load client on the plain release profile.
     profile=release

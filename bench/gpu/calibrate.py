@@ -28,11 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from rose.sim.cost import CostModel, fit  # noqa: E402
+from rose.sim.cost import CostModel, fit
 
 Point = tuple[list[int], float]  # (sequence lengths of one step, seconds)
 

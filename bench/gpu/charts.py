@@ -9,12 +9,12 @@ import random
 import statistics
 import time
 
-from bench.clients import grpc_clients, http_clients
 from bench.gpu.loadgen import Loadgen, grpc_input, http_input
 from bench.gpu.models import Shape, token_ids
 from bench.gpu.timing import hf_step
-from bench.harness import Stats, interleave, ratio
-from bench.httpclient import HttpClient
+from bench.harness.clients import grpc_clients, http_clients
+from bench.harness.httpclient import HttpClient
+from bench.harness.timing import Stats, interleave, ratio
 
 
 def online(tulip, hf, shape: Shape, lengths: list[int], rounds: int, device: str, lg: Loadgen | None = None) -> dict:

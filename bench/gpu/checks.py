@@ -13,8 +13,8 @@ import time
 import numpy as np
 import torch
 
-from bench.gate import THRESHOLD, cosines
 from bench.gpu.models import Shape
+from bench.harness.gate import THRESHOLD, cosines
 
 REPLAY_THRESHOLD = 0.9999
 FLOOR_LIMIT = 0.99
@@ -96,8 +96,9 @@ def wait_event(e, sequences: list[list[int]], want: np.ndarray, device: str) -> 
     thread through ``tulip._native.wait_event`` (which releases the GIL),
     counts what the main thread got done meanwhile, then reads the rows
     straight from the pinned host pointer."""
-    from rose import Batch
     from tulip._native import wait_event as rust_wait
+
+    from rose import Batch
 
     if device == "cuda" and hasattr(torch.cuda, "_sleep"):
         torch.cuda._sleep(200_000_000)  # ≈0.1 s of GPU time queued before the step

@@ -1,4 +1,4 @@
-"""Runs ``bench/loadgen`` (the compiled load generator) from the GPU
+"""Runs ``bench/crates/loadgen`` (the compiled load generator) from the GPU
 charts: the prepared requests go to a JSON file, the latencies come back as
 JSON, in the same shape as ``bench.harness.Stats`` (ms)."""
 

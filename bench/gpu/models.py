@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 
 
-
 @dataclass(frozen=True)
 class Shape:
     name: str
@@ -124,7 +123,7 @@ def _sentence_transformers_files(s: Shape, out: Path) -> None:
 
 
 def _tokenizer_files(s: Shape, out: Path) -> None:
-    from tests.support.fixtures import tokenizer_dir
+    from bench.harness.fixtures import tokenizer_dir
 
     tok = json.loads((tokenizer_dir(s.tokenizer) / "tokenizer.json").read_text(encoding="utf-8"))
     tok["padding"] = None

@@ -119,7 +119,7 @@ def tulip_request(model_dir: Path, device: str, dtype: str, log_dir: Path, timeo
     server so a watchdog can kill it."""
     import numpy as np
 
-    from tests.support.servers import Tulip
+    from tulip_rose_cli.launch import Tulip
 
     start = time.perf_counter()
     tulip = Tulip(str(model_dir), log_dir=log_dir, device=device, dtype=dtype, timeout=timeout)

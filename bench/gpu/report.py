@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bench.results import table
+from bench.harness.results import table
 
 
 def _cells(by: dict, sides: list[str]) -> list[list]:

@@ -41,8 +41,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -113,7 +111,7 @@ def graph_configurations(sizes: Sizes, max_tokens: int = 8192, max_sequences: in
 def fitting(configs: list[str], max_length: int) -> list[str]:
     """The configurations whose capture batch (the bucket's tokens spread
     over its sequences) a model of ``max_length`` accepts."""
-    from rose.graphs import GraphKey, GraphSettings
+    from rose.step.graphs import GraphKey, GraphSettings
 
     settings, out = GraphSettings(), []
     for text in configs:
@@ -151,7 +149,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the ivy binary; without it the concurrency chart goes to Tulip over gRPC [IVY_BIN]")
     default_loadgen = env("LOADGEN_BIN") or str(REPO / "gpu-bundle" / "loadgen")
     p.add_argument("--loadgen", type=Path, default=Path(default_loadgen),
-                   help="the compiled load generator (bench/loadgen); without it the online and concurrency "
+                   help="the compiled load generator (bench/crates/loadgen); without it the online and concurrency "
                         "charts use Python clients [LOADGEN_BIN]")
     args = p.parse_args(argv)
     if args.out is None:
@@ -181,7 +179,7 @@ class Run:
         self.procs.append(proc)
 
     def stop_all(self) -> None:
-        from tests.support import servers
+        from tulip_rose_cli import processes
 
         while self.procs:
             p = self.procs.pop()
@@ -189,7 +187,7 @@ class Run:
                 p.stop(timeout=10)
             except Exception:  # best effort while exiting
                 p.kill()
-        servers.kill_all()  # any still starting
+        processes.kill_all()  # any still starting
 
     # 0. Preflight.
 
@@ -292,7 +290,7 @@ class Run:
 
     def server(self, name: str, key: str = "serving", **flags):
         """The model's Tulip for ``key``, started on first use."""
-        from tests.support.servers import Tulip
+        from tulip_rose_cli.launch import Tulip
 
         if (name, key) not in self.servers:
             m = self.gated[name]
@@ -370,15 +368,13 @@ class Run:
         m, s = self.gated[name], self.sizes
 
         def run():
-            from bench import inputs
-            from tests.support import servers
-            from tests.support.servers import Ivy
+            from bench.harness import inputs
+            from tulip_rose_cli.launch import Ivy
 
             tulip = self.server(name)
             port, texts, how = None, None, "gRPC, pre-tokenized (no Ivy binary)"
             if self.args.ivy.is_file():
-                servers.IVY_BIN = self.args.ivy
-                ivy = Ivy([tulip.url], str(m["dir"]), log_dir=self.log_dir)
+                ivy = Ivy([tulip.url], str(m["dir"]), log_dir=self.log_dir, binary=self.args.ivy)
                 self.register(ivy)
                 port, how = ivy.port, "HTTP through Ivy, real text"
                 texts = inputs.texts_of_tokens(str(m["dir"]), s.conc_length, 8)
@@ -399,7 +395,7 @@ class Run:
 
     def backends(self) -> None:
         def run():
-            from bench import attention_sweep as sweep
+            from bench.scripts import attention_sweep as sweep
 
             shapes = [s for s in sweep.GPU_SHAPES if s[0] in ("bge-m3", "pplx-0.6b", "qwen3-0.6b")]
             if self.dry:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from bench.gpu.models import Shape, forward, pool, token_ids
-from bench.harness import Stats, interleave
+from bench.harness.timing import Stats, interleave
 
 
 def arena_step(e, sequences: list[list[int]]):

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.results import REPO, Writer, now
+from bench.harness.results import REPO, Writer, now
 
 TITLE = "Reliability: soak, overload, chaos during a bulk job, fuzzing"
 
@@ -48,7 +48,7 @@ MODES = {
 SECTIONS = ("soak", "overload", "chaos", "fuzz_http", "fuzz_grpc", "tokenizer_fuzz")
 OVERLOAD_LIMIT = 4  # Ivy's --max-concurrent-requests in the overload section
 TULIP_THREADS = 1  # two replicas on a 2-core machine
-# Tulip flags as served by default (tests/support/servers.py turns both off).
+# Tulip flags as served by default (the launcher's Tulip turns both off).
 SERVED_DEFAULTS = {"cpu_fast_path": "true", "cpu_bf16": "auto"}
 
 
@@ -57,7 +57,7 @@ class Servers:
     second Ivy (for rerank traffic), started on first use."""
 
     def __init__(self, log_dir: Path):
-        from tests.support.servers import Ivy, default_model_dir, start_tulips
+        from tulip_rose_cli.launch import Ivy, default_model_dir, start_tulips
 
         self.log_dir = log_dir
         self.model_dir = default_model_dir()
@@ -78,8 +78,8 @@ class Servers:
         """(Ivy, Tulip) on a tiny seeded BERT cross-encoder (as the tests
         build it): MiniLM has no score head, so its /rerank is a 424."""
         if self._rerank is None:
-            from tests.support import models
-            from tests.support.servers import Ivy, Tulip
+            from bench.harness import tiny_models as models
+            from tulip_rose_cli.launch import Ivy, Tulip
 
             self._model_tmp = tempfile.mkdtemp(prefix="rel-rerank-")
             model = models.tiny_reranker(Path(self._model_tmp) / "model", arch="bert")
@@ -102,7 +102,8 @@ class Servers:
 
 
 def run_soak(servers: Servers, mode: Mode) -> dict:
-    from bench.reliability import soak as soak_mod, traffic
+    from bench.reliability import soak as soak_mod
+    from bench.reliability import traffic
 
     rerank_ivy, _ = servers.rerank()
     kinds = traffic.kinds(servers.model_dir, servers.ivy.port, rerank_ivy.port, servers.vocab, max_inputs=2048)
@@ -113,7 +114,7 @@ def run_soak(servers: Servers, mode: Mode) -> dict:
 
 def run_overload(servers: Servers, mode: Mode) -> dict:
     from bench.reliability import overload as overload_mod
-    from tests.support.servers import Ivy
+    from tulip_rose_cli.launch import Ivy
 
     ivy = Ivy([t.url for t in servers.replicas], servers.model_dir, log_dir=servers.log_dir,
               max_concurrent_requests=OVERLOAD_LIMIT)
@@ -154,7 +155,7 @@ def run_fuzz_grpc(servers: Servers, mode: Mode) -> dict:
     }
 
 
-TOKENIZER_FUZZ_COMMAND = ("python -m tests.support.fixtures && cd ivy/tokenizer && "
+TOKENIZER_FUZZ_COMMAND = ("python -m bench.harness.fixtures && cd ivy/tokenizer && "
                           "RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none encode -- -max_total_time=600")
 
 
@@ -168,7 +169,7 @@ def run_tokenizer_fuzz(servers: Servers | None, mode: Mode) -> dict:
     if probe is None or probe.returncode != 0:
         return {"status": "not run: cargo-fuzz is not installed (cargo install cargo-fuzz)",
                 "command": TOKENIZER_FUZZ_COMMAND}
-    subprocess.run([sys.executable, "-m", "tests.support.fixtures"], cwd=REPO, check=False)
+    subprocess.run([sys.executable, "-m", "bench.harness.fixtures"], cwd=REPO, check=False)
     seconds = int(mode.tokenizer_fuzz_s)
     started = time.monotonic()
     out = subprocess.run(["cargo", "fuzz", "run", "--sanitizer", "none", "encode", "--",

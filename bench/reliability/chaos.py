@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import inputs
-from bench.results import REPO
-from tests.support.servers import Tulip
+from bench.harness import inputs
+from bench.harness.results import REPO
+from tulip_rose_cli.launch import Tulip
 
 
 @dataclass

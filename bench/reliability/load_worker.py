@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from bench.httpclient import HttpClient
+from bench.harness.httpclient import HttpClient
 
 
 def main(argv: list[str]) -> None:

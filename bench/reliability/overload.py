@@ -13,10 +13,10 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.httpclient import HttpClient
+from bench.harness.httpclient import HttpClient
+from bench.harness.results import REPO
 from bench.reliability.memory import RssSampler
 from bench.reliability.soak import percentile
-from bench.results import REPO
 
 PATH = "/v1/embeddings"
 

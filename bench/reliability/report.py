@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.results import table
+from bench.harness.results import table
 
 
 def _met(ok) -> str:
@@ -126,7 +126,7 @@ def plot(r: dict, path: Path) -> Path | None:
     soak, over = r.get("soak", {}), r.get("overload", {})
     if "rss_samples" not in soak and "rss_samples" not in over:
         return None
-    from bench.plots import _plt
+    from bench.harness.plots import _plt
 
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))

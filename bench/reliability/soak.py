@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from bench.httpclient import HttpClient
+from bench.harness.httpclient import HttpClient
 from bench.reliability import traffic
 from bench.reliability.memory import RssSampler, growth
 

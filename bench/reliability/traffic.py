@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from bench import inputs
+from bench.harness import inputs
 
 
 @dataclass(frozen=True)

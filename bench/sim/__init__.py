@@ -10,7 +10,7 @@ fraction with two steps in flight and with one), fan-out (one Ivy over 1, 2,
 published Tulip and vLLM figures. Results: ``sim.md``, ``sim.json``,
 ``sim.png`` in the results folder.
 
-Isolation (queries under indexing, ``bench/isolation.py``) runs on both
+Isolation (queries under indexing, ``bench/suites/isolation.py``) runs on both
 cost models, ``roofline`` and ``published``, into
 ``sim-isolation-<model>.{md,json,png}``; ``--only isolation`` runs only it
 (``--only isolation:published`` one model)."""
@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.results import now
-from bench.sim import latency, load, report
+from bench.harness.results import now
+from bench.sim import host, latency, load, report
 from bench.sim.replicas import LAUNCH_US, Fleet, bge_m3_dir
 from rose.sim import DEFAULT_COST
 from rose.sim.cost import MODELS
@@ -36,6 +36,8 @@ class Sizes:
         self.quick = quick
         self.lengths = [128, 512, 4096]
         self.rounds = 12 if quick else 300
+        self.host_requests = 200 if quick else 3000
+        self.host_profile_s = 2.0 if quick else 8.0
         self.score_batches = [5, 25, 50]
         self.score_rounds = 3 if quick else 40
         self.sat = dict(length=512, batch=100, clients=4, requests=1 if quick else 6, rounds=1 if quick else 2)
@@ -63,7 +65,7 @@ def run_isolation(writer, sizes: Sizes, model_dir: Path, work: Path, costs: list
         data, md, gates = sim_load.isolation(model_dir, work, cost, **sizes.iso)
         name = f"sim-isolation-{cost}"
         path = writer.write(name, f"{ISOLATION_TITLE} ({cost})", data, md, gates, started)
-        from bench import isolation_report
+        from bench.harness import isolation_report
 
         isolation_report.plot(data, writer.out_dir / f"{name}.png")
         print(path.read_text())
@@ -97,6 +99,10 @@ def run_suite(writer, args) -> int:
         ivy = fleet.ivy([tulip], "serving")
         print(f"sim: online ({time.monotonic() - t_start:.0f} s)", flush=True)
         data["online"] = latency.online(tulip, log, ivy, fleet.model_dir, sizes.lengths, sizes.rounds, lg)
+        if lg is not None:  # the profile needs the compiled client: a Python one would be most of it
+            print(f"sim: host path profile ({time.monotonic() - t_start:.0f} s)", flush=True)
+            data["host"] = host.profile(tulip, ivy, log, fleet.model_dir, lg, sizes.host_requests, writer.out_dir,
+                                        sizes.host_profile_s)
         print(f"sim: scoring ({time.monotonic() - t_start:.0f} s)", flush=True)
         data["scoring"] = latency.scoring(tulip, log, 512, sizes.score_batches, sizes.score_rounds, lg)
         print(f"sim: concurrency ({time.monotonic() - t_start:.0f} s)", flush=True)

@@ -1,6 +1,6 @@
 """Latency on the simulated device: batch 1 at several lengths, scoring
 batches, and 1-16 concurrent clients, each timed by the compiled load
-generator (``bench/loadgen``; a few microseconds per request, its own floor
+generator (``bench/crates/loadgen``; a few microseconds per request, its own floor
 measured against a null server in its process) or, without it, by a
 Python client (which costs about as much as the server being measured; the
 report says which). Every figure is set beside the device time the
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import inputs
 from bench.gpu.loadgen import Loadgen, grpc_input, http_input
-from bench.harness import Stats
-from bench.httpclient import HttpClient
+from bench.harness import inputs
+from bench.harness.httpclient import HttpClient
+from bench.harness.stack import IVY_PATH
+from bench.harness.timing import Stats
 from bench.sim.replicas import device_ms, now_ns, window
-from bench.stack import IVY_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def concurrency(ivy, log: Path, model_dir: str, length: int, levels: list[int], 
                            "mean_sequences_per_step": round(float(np.mean([s["sequences"] for s in steps])), 2)
                            if steps else None}
         return out
-    from bench.clients import http_clients
+    from bench.harness.clients import http_clients
 
     enc = HttpClient("127.0.0.1", 0)
     out = {}

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import statistics
 
-from bench.clients import grpc_clients
 from bench.gpu.loadgen import Loadgen, http_input
+from bench.harness.clients import grpc_clients
 from bench.sim.latency import token_ids
-from bench.sim.replicas import busy, cpu_seconds, now_ns, window
+from bench.sim.cpu import CpuMeter
+from bench.sim.replicas import busy, now_ns, window
 from rose.sim import overlapping
 
 NS = 1e9
@@ -62,7 +63,7 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
     """One Ivy over N simulated replicas, real text (``texts_per_request``
     texts of ``length`` tokens, base64 vectors, as OpenAI's Python client
     asks), ``clients_per_replica * N`` concurrent clients."""
-    from bench import inputs
+    from bench.harness import inputs
 
     texts = inputs.texts_of_tokens(fleet.model_dir, length, 32)
     bodies = [{"input": [texts[(k + j) % len(texts)] for j in range(texts_per_request)],
@@ -76,23 +77,28 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
             ivy = fleet.ivy([t for t, _ in replicas[:n]], f"fan-out over {n}")
             clients = clients_per_replica * n
             requests = requests_per_replica * n
-            cpu0, t0 = cpu_seconds(ivy.proc.pid), now_ns()
-            if lg is not None:
-                r = lg.run("http", f"127.0.0.1:{ivy.port}", http_input(bodies), [clients], requests, warmup=2)
-                level = r[str(clients)]
-                sent = requests + 2 * clients
-            else:
-                from bench.clients import http_clients
-                from bench.httpclient import HttpClient
+            procs = {"ivy": ivy.proc.pid, **{f"replica {i + 1}": t.proc.pid for i, (t, _) in enumerate(replicas[:n])}}
+            meter = CpuMeter(procs)
+            with meter:
+                t0 = now_ns()
+                if lg is not None:
+                    r = lg.run("http", f"127.0.0.1:{ivy.port}", http_input(bodies), [clients], requests, warmup=2)
+                    level = r[str(clients)]
+                    sent = requests + 2 * clients
+                else:
+                    from bench.harness.clients import http_clients
+                    from bench.harness.httpclient import HttpClient
 
-                enc = HttpClient("127.0.0.1", 0)
-                per = max(2, requests // clients)
-                run = http_clients(ivy.port, [[enc.prepare("/v1/embeddings", bodies[(k + j) % 16])
-                                               for j in range(per)] for k in range(clients)], timeout=600)
-                level = {"requests_per_s": run.requests / run.wall}
-                sent = run.requests + clients
-            t1, cpu1 = now_ns(), cpu_seconds(ivy.proc.pid)
+                    enc = HttpClient("127.0.0.1", 0)
+                    per = max(2, requests // clients)
+                    run = http_clients(ivy.port, [[enc.prepare("/v1/embeddings", bodies[(k + j) % 16])
+                                                   for j in range(per)] for k in range(clients)], timeout=600)
+                    level = {"requests_per_s": run.requests / run.wall}
+                    sent = run.requests + clients
+                t1 = now_ns()
             fleet.stop(ivy)
+            cpu = meter.result()
+            cpu0, cpu1 = 0.0, cpu["processes"]["ivy"]["cpu_s"]
             wall = (t1 - t0) / NS
             per_replica = [busy(log, t0, t1) for _, log in replicas[:n]]
             device_per_request = (sum(sum(s["end"] - s["start"] for s in window(log, t0, t1))
@@ -105,6 +111,8 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
                 "ivy_cores_used": round((cpu1 - cpu0) / wall, 3),
                 "device_ms_per_request": round(device_per_request * 1e3, 3),
                 "p50_ms": level.get("p50"), "p99_ms": level.get("p99"),
+                "cpu_cores": attribution(cpu),
+                "cpu": cpu,
             }
     finally:
         for t, _ in replicas[1 if first is not None else 0:]:
@@ -123,13 +131,30 @@ def fanout(fleet, levels: list[int], texts_per_request: int, length: int, reques
     return out
 
 
+def attribution(cpu: dict) -> dict:
+    """Cores each part of the machine used over a block: Ivy, the replicas
+    (their event-wait threads apart from the rest), the clients (the load
+    generator, or the Python client processes), and what no named process
+    used; with the machine's busy fraction."""
+    wall = cpu["wall_s"] or 1.0
+    procs = cpu["processes"]
+    replicas = [p for k, p in procs.items() if k.startswith("replica")]
+    wait = sum(p["threads"].get("tulip-completion", 0.0) for p in replicas)
+    out = {"ivy": procs["ivy"]["cpu_s"] / wall,
+           "replicas: completion threads (event waits)": wait / wall,
+           "replicas: the rest (gRPC, steps, scheduler)": (sum(p["cpu_s"] for p in replicas) - wait) / wall,
+           "clients": cpu["clients_cpu_s"] / wall,
+           "unattributed": cpu["unattributed_cpu_s"] / wall}
+    return {**{k: round(v, 3) for k, v in out.items()}, "machine_busy_fraction": cpu["machine_busy_fraction"]}
+
+
 def isolation(model_dir, work, cost: str, rounds: int, seconds: float, query_rate: float, index_clients: int = 3,
               bulk_docs: int = 16000, scenarios=None) -> tuple[dict, str, list]:
-    """``bench/isolation.py``'s scenarios on the simulated device with one
+    """``bench/suites/isolation.py``'s scenarios on the simulated device with one
     cost model (``roofline`` or ``published``): a Tulip per scenario behind
     its own Ivy, each with its own device log. Returns the data, the
     markdown and the correctness gates."""
-    from bench import isolation as iso
+    from bench.suites import isolation as iso
     from bench.sim.replicas import Fleet
     from rose.sim.cost import MODELS
 

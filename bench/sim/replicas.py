@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import gate
+from bench.harness import gate
 from rose.sim import busy_fraction, read_log
-from tests.support.servers import Ivy, Tulip
+from tulip_rose_cli.launch import Ivy, Tulip
 
 # Host microseconds one launch costs, spent busy on the launching thread
 # (GIL held): one CUDA graph replay with its two async copies and the event
@@ -30,7 +30,7 @@ def bge_m3_dir(root: Path) -> Path:
     weights: the simulated device reads none."""
     from transformers import XLMRobertaConfig
 
-    from tests.support.models import _sentence_transformers, _tokenizer
+    from bench.harness.tiny_models import _sentence_transformers, _tokenizer
 
     out = root / "bge-m3-sim"
     if (out / "config.json").is_file():
@@ -98,9 +98,9 @@ class Fleet:
         self.gates.append(gate.check(f"Tulip sim ({name})", got, self.reference(seqs), "rose.sim in-process"))
 
     def _gate_ivy(self, ivy: Ivy, name: str) -> None:
-        from bench import inputs
-        from bench.httpclient import HttpClient
-        from bench.stack import IVY_PATH, http_embeddings
+        from bench.harness import inputs
+        from bench.harness.httpclient import HttpClient
+        from bench.harness.stack import IVY_PATH, http_embeddings
 
         texts = inputs.english_lines()[:8]
         with HttpClient("127.0.0.1", ivy.port) as c:

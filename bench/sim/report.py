@@ -3,7 +3,7 @@ and the published figures, each target met or missed by how much."""
 
 from __future__ import annotations
 
-from bench.results import table
+from bench.harness.results import table
 
 # Published BGE-M3 figures on one real H200 (bf16) from the reference
 # reading; the repository's own copy of them is bench/README.md.
@@ -29,6 +29,37 @@ def machine_load(before: float, after: float) -> str:
     return (f"Machine load: nothing else ran on this 2-core machine (load average {before:.2f} before the run, "
             f"{after:.2f} after it, the benchmark's own processes); clients, Ivy and every replica still share "
             "its two cores.\n")
+
+def host_section(h: dict) -> list[str]:
+    """Where the host path's CPU went at 128 tokens, batch 1, per process
+    and per part, with the flame graphs' file names."""
+    out = [f"## The host path at {h['length']} tokens: CPU per request, and where it goes\n",
+           f"Sequential batch-1 requests ({h['requests']} per path), unprofiled: CPU per request read from "
+           "/proc for each process (the load generator: its own process). Then a profiled run (perf on Ivy and "
+           "Tulip, py-spy on Tulip's Python): the share of each process's samples per part of the path. Flame "
+           "graphs: `sim-host-<path>-<process>.svg` beside this file.\n"]
+    rows = []
+    for path in ("tulip", "ivy"):
+        v = h[path]
+        c = v["cpu_us_per_request"]
+        rows.append([path, v["latency_ms"]["p50"], v["added_p50_ms"], v["added_p99_ms"], c.get("ivy"), c.get("tulip"),
+                     c.get("load generator")])
+    out.append(table(["requests to", "p50 ms", "host +p50 ms", "host +p99 ms", "Ivy CPU µs / request",
+                      "Tulip CPU µs / request", "load generator CPU µs / request"], rows))
+    for path in ("tulip", "ivy"):
+        v = h[path]
+        for proc, key in (("Tulip", "tulip_parts"), ("Ivy", "ivy_parts")):
+            if v.get(key):
+                out.append(f"\n{proc}'s CPU during requests {'to Tulip' if path == 'tulip' else 'through Ivy'}: "
+                           + ", ".join(f"{name} {share * 100:.1f}%" for name, share in v[key].items()) + ".")
+        if v.get("rose_python"):
+            out.append(f"Of ROSE's step, the simulator's own host work (rows, log line; inside the modelled "
+                       f"launch time): {v['rose_python']['simulator_share'] * 100:.1f}% of its samples.")
+        for note in v.get("profiler_notes", []):
+            out.append(f"({note})")
+    out.append("")
+    return out
+
 
 def verdict(ok: bool, by: str) -> str:
     return f"met ({by})" if ok else f"**missed** ({by})"
@@ -75,6 +106,9 @@ def markdown(d: dict) -> str:
             f"| Ivy adds ≤ {TARGET_IVY_ADDED_MS} ms at 128 tokens (p50) | {i128:.3f} ms | "
             f"{verdict(i128 <= TARGET_IVY_ADDED_MS, f'{i128 - TARGET_IVY_ADDED_MS:+.3f} ms')} |", ""]
 
+    if "host" in d:
+        out += host_section(d["host"])
+
     s = d["saturation"]
     busy_on = s["on"]["busy_fraction"]
     out += ["## Saturation: 4 clients × 100 documents × 512 tokens, pre-tokenized gRPC\n",
@@ -105,6 +139,9 @@ def markdown(d: dict) -> str:
             "per replica.\n",
             table(["replicas", "clients", "embeddings/s", "vs N × one", "device busy per replica",
                    "Ivy CPU s / 1k requests", "Ivy cores used", "p50 ms", "p99 ms"], rows),
+            "\nWhere the machine's CPU went, in cores (of " + str(f.get("cores", 2)) + "): "
+            + "; ".join(f"N = {n}: " + ", ".join(f"{k} {v}" for k, v in lv["cpu_cores"].items())
+                        for n, lv in f["levels"].items() if "cpu_cores" in lv) + ".",
             f"\nReplicas per Ivy core at this mix (device time per request / Ivy CPU per request, at one "
             f"replica): **{f['replicas_per_ivy_core']}**. "
             + (f"Scaling fell below {TARGET_FANOUT} × N at N = {limit}: on this 2-core machine the replicas' "

@@ -2,8 +2,8 @@
 //! socket without HTTP/2. The messages are the same `tulip.v1` protobufs;
 //! only the envelope is thinner. A unary gRPC call is three writes out
 //! (HEADERS, DATA, an empty END_STREAM) and two back, each through hyper's
-//! and h2's state machines; a frame is one write each way. Measured on a
-//! 2-core VM, that is most of the Ivy → Tulip hop (bench/results, issue 11).
+//! and h2's state machines; a frame is one write each way. `python -m bench
+//! overhead` times both bare pairs side by side (`hop_floor` in its JSON).
 //!
 //! A connection opens with [`PREFACE`] (magic + version); Tulip tells it
 //! from gRPC's `PRI * HTTP/2.0` by its first four bytes. Then, both ways,

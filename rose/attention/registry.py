@@ -20,7 +20,7 @@ from .varlen import varlen_backends
 # FlashAttention-4 or FlashInfer) that is torch_varlen in bf16/fp16 for
 # head dims <= 128 and a multiple of 8 (BGE-M3: 64, Qwen3-0.6B: 128), with
 # sdpa_masked as the only other candidate (never preferred without a
-# table); in fp32 it is sdpa_masked. bench/attention_sweep.py writes the
+# table); in fp32 it is sdpa_masked. bench/scripts/attention_sweep.py writes the
 # table once a GPU run measures the cells.
 DEFAULT_ORDER = ("fa4", "flash_attn3", "flash_attn", "flashinfer", "torch_varlen", "sdpa", "sdpa_padded",
                  "sdpa_masked")

@@ -1,14 +1,14 @@
 """Linear layers with weights packed once for oneDNN, for float32 on the
-CPU (and bfloat16, the twin of ``rose/cpubf16.py``, which oneDNN runs on
+CPU (and bfloat16, the twin of ``rose/cpu/bf16.py``, which oneDNN runs on
 AMX tiles where the CPU has them).
 
 PyTorch's CPU ``linear`` goes through a BLAS ``sgemm`` that repacks the
 weight on every call; for the few rows of a query that repacking is most of
 the work, and on CPUs where MKL picks no AVX-512 kernel (AMD) the rest runs
 at half width. Packing each weight once at load time and multiplying with
-oneDNN measured 2.2–3.4× faster for 1 to 2048 rows on a 2-core AMD EPYC, on
-one thread and on two, at float32 (the same precision; results differ from
-``F.linear`` by float32 rounding, about 1e-6 relative).
+oneDNN keeps the same precision (results differ from ``F.linear`` by
+float32 rounding, about 1e-6 relative); what it gained is measured by the
+CPU benchmarks (``docs/latency.md``).
 
 The packed copy replaces the weight (no second copy in memory). A layer
 whose weight its model reads directly (not through ``forward``) is marked

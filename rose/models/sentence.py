@@ -11,7 +11,7 @@ from torch import nn
 
 from ..errors import ModelLoadError
 from ..loader import read_weights
-from ..pipeline import DenseStep, Pipeline
+from ..st_modules import DenseStep, Pipeline
 from ..pooling import pool
 from .base import StepInputs
 

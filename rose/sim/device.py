@@ -1,99 +1,91 @@
-"""One modelled CUDA stream.
+"""The simulated device as ROSE's ``Device`` (``rose/step/device.py``): the
+runner, the dispatcher's configurations (warm-up, capture, replay; padded
+buckets), the staging buffers from the pool, the output buffers and the
+LazyTensor are the ones a GPU step uses. Only what happens on the device
+is modelled: a forward or a graph replay queues a step on the modelled
+stream (``stream.py``), whose event completes at the step's modelled end
+(its copies included), and the output rows are synthesised
+(``outputs.py``) into a buffer from the pool, where the device-to-host
+copy puts them on a GPU. The rows are written on the launching thread,
+within the launch's modelled host time (``--sim-launch-us``): a second
+Python thread writing them would take the GIL from the host's own steps,
+which a GPU's copy engine never does.
 
-Steps run on it one after another in launch order: a step launched while
-another is still running starts when that one ends, as kernels queued on
-one stream do. Each step's duration comes from the cost model; its end time
-is what its event reports (``events.py``). Nothing is computed here: the
-host path that leads to the launch is ROSE's real one (``runner.py``).
-
-With ``log_path`` every launch appends one JSON line ``{"step", "launch",
-"start", "end", "tokens", "sequences", "fault"}`` (times in ns of
-``CLOCK_MONOTONIC``), so a test or a benchmark can see steps overlap and
-how busy the device was.
+What cannot be the same without a GPU is listed in one place,
+``docs/simulated-device.md``.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import time
+import contextlib
 
 import torch
 
-from .cost import CostModel
-from .events import CUDA_MESSAGES, SimEvent
-from .faults import Fault
+from ..errors import is_sticky_cuda_error
+from ..lazy import LazyTensor, StepInfo
+from ..step.device import Call
+from ..step.inputs import repack
+from ..step.staging import PinnedPool
+from .outputs import OutputSynth
+from .stream import Launch, SimStream
+
+
+class _Graph:
+    """A captured configuration: nothing to record, a replay launches."""
 
 
 class SimDevice:
-    def __init__(self, cost: CostModel, launch_us: float = 0.0, faults: tuple[Fault, ...] = (),
-                 log_path: str = ""):
-        if not launch_us >= 0:
-            raise ValueError(f"--sim-launch-us must be >= 0, got {launch_us}")
-        self.cost = cost
-        self.launch_ns = int(launch_us * 1000)
-        self.faults = {f.after: f for f in faults}
-        self.busy_until = 0  # ns: when the last queued step ends
-        self.launched = 0
-        self.busy_ns = 0  # modelled device time of every step so far
-        self.lost = False  # a sticky error happened: every launch fails
-        self._lock = threading.Lock()  # steps may come from several host threads
-        self._log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115 (process lifetime)
+    name = "sim"
+    torch_device = torch.device("cpu")
+    graphs = True
 
-    def launch(self, lengths: list[int], sequences: int) -> SimEvent:
-        """Queues one step over segments of ``lengths`` (the filler segment
-        of a padded step included) and returns its event."""
-        if self.launch_ns:
-            _spin(self.launch_ns)  # the host's launch cost: explicit, never device time
-        with self._lock:
-            if self.lost:
-                raise RuntimeError(f"CUDA error: {CUDA_MESSAGES[700]} (simulated device, lost after an earlier "
-                                   "sticky error)")
-            fault = self.faults.get(self.launched)
-            self.launched += 1
-            if fault is not None and fault.kind == "oom":
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated device)")
-            now = time.monotonic_ns()
-            start = max(now, self.busy_until)
-            duration = round(self.cost.seconds(lengths) * 1e9)
-            end = self.busy_until = start + duration
-            self.busy_ns += duration
-            code = fault.code if fault is not None else 0
-            if fault is not None and fault.kind == "sticky":
-                self.lost = True
-            if self._log is not None:
-                self._log.write(json.dumps({"step": self.launched, "launch": now, "start": start, "end": end,
-                                            "tokens": sum(lengths), "sequences": sequences, "fault": code}) + "\n")
-        return SimEvent(end, code)
+    def __init__(self, stream: SimStream, synth: OutputSynth):
+        self.stream = stream
+        self.synth = synth
+        self.pool = PinnedPool(pin=False)  # page-locked memory needs CUDA; the same pool logic
 
-
-def _spin(ns: int) -> None:
-    """Busy for ``ns`` (a launch keeps its thread, and the GIL, busy)."""
-    until = time.perf_counter_ns() + ns
-    while time.perf_counter_ns() < until:
+    def enter_thread(self) -> None:
         pass
 
+    def guard(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
 
-def read_log(path) -> list[dict]:
-    """The steps a ``--sim-log`` file recorded, in launch order."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    def prepare(self, batch) -> None:
+        pass
 
+    def static_arena(self, size: int) -> torch.Tensor:
+        return torch.zeros(size, dtype=torch.int32)
 
-def busy_fraction(steps: list[dict], since_ns: int | None = None, until_ns: int | None = None) -> float:
-    """Modelled busy time / wall time over ``[since, until]`` (default: the
-    first step's start to the last step's end)."""
-    if not steps:
-        return 0.0
-    lo = steps[0]["start"] if since_ns is None else since_ns
-    hi = steps[-1]["end"] if until_ns is None else until_ns
-    if hi <= lo:
-        return 0.0
-    busy = sum(max(0, min(s["end"], hi) - max(s["start"], lo)) for s in steps)
-    return busy / (hi - lo)
+    def upload(self, batch, layout, dest, dimension):
+        # The staging buffer is packed as on CUDA; the copy to the device is
+        # the modelled step's business (its arena is never read).
+        staging = self.pool.acquire(layout.size * 4)
+        host = staging.np_words
+        if layout == batch.layout:
+            host[: layout.size] = batch.numpy()[: layout.size]
+        else:
+            repack(batch, layout, host, dimension)
+        return host, (staging,)
 
+    def forward(self, call: Call) -> Launch:
+        rows, cols = self.synth.shape(call.batch)
+        copied = (call.layout.size + rows * cols) * 4  # the arena in, the rows out
+        return self.stream.launch(call.lengths, call.layout.sequences, copied)
 
-def overlapping(steps: list[dict]) -> int:
-    """How many steps were launched while the one before was still on the
-    device (two steps in flight at once)."""
-    return sum(1 for a, b in zip(steps, steps[1:]) if b["launch"] < a["end"])
+    def capture(self, call: Call):
+        return _Graph(), None
+
+    def replay(self, graph, out, call: Call) -> Launch:
+        return self.forward(call)
+
+    def download(self, out: Launch, call: Call, staging, info: StepInfo) -> LazyTensor:
+        rows, cols = self.synth.shape(call.batch)
+        buf = self.pool.acquire(max(rows * cols, 1) * 4)
+        if not out.event.code:  # a failed step has no rows
+            self.synth.fill(call.batch, buf.np_floats)
+        out.event.written()
+        self.stream.landed(out)
+        return LazyTensor.staged(buf, rows, cols, out.event, self.pool, staging, info)
+
+    def is_sticky(self, e: BaseException) -> bool:
+        return is_sticky_cuda_error(e)

@@ -1,10 +1,9 @@
 """``Engine`` over the simulated device: a model directory's description
 (config, tokenizer, output kinds and sizes) without its weights, ROSE's
-host path, and a modelled device."""
+real runner, and a modelled device (``device.py``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -13,19 +12,21 @@ from pathlib import Path
 import torch
 
 from ..attention import select_backend
+from ..build import assemble
 from ..config import ModelSpec
 from ..engine import Engine
-from ..graphs import GraphSettings
+from ..interface import OutputKind
 from ..models import attn_shape, build_model
+from ..step.graphs import Dispatcher, GraphSettings
 from .cost import CostModel
 from .device import SimDevice
 from .faults import parse as parse_faults
 from .outputs import OutputSynth
-from .runner import SimRunner
+from .stream import SimStream
 
 log = logging.getLogger("rose.sim")
 
-DEVICE_NAME = "sim"
+DEVICE_NAME = SimDevice.name
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class SimSettings:
     log_path: str = ""
 
     @classmethod
-    def from_flags(cls, cost: str = "", launch_us: float = 0.0, faults: str = "", log_path: str = "") -> "SimSettings":
+    def from_flags(cls, cost: str = "", launch_us: float = 0.0, faults: str = "", log_path: str = "") -> SimSettings:
         s = cls(CostModel.parse(cost), float(launch_us), faults, log_path)
         parse_faults(faults)  # fail at start-up, not at the Nth step
         if not s.launch_us >= 0:
@@ -50,21 +51,13 @@ class SimEngine(Engine):
     """An ``Engine`` whose device is modelled: ``info.device == "sim"``."""
 
     simulated = True
-
-    def __init__(self, spec: ModelSpec, model, settings: SimSettings, graphs: bool = True,
-                 graph_settings: GraphSettings | None = None):
-        backend = select_backend(attn_shape(spec), torch.device("cpu"), torch.float32, "auto")
-        super().__init__(spec, model, torch.device("cpu"), torch.bfloat16, backend, graphs=False)
-        self.info = dataclasses.replace(self.info, device=DEVICE_NAME, dtype="bfloat16")
-        self.settings = settings
-        self.sim = SimDevice(settings.cost, settings.launch_us, parse_faults(settings.faults), settings.log_path)
-        synth = OutputSynth(model.dimension, model.multi_vector_dimension, spec.hidden_size, spec.vocab_size,
-                            len(self.info.labels))
-        self.runner = SimRunner(self.sim, synth, model.dimension, spec.normalize, graph_settings, graphs)
+    settings: SimSettings
+    stream: SimStream
 
     @classmethod
-    def from_dir(cls, path: str | Path, *, settings: SimSettings | None = None, model_id: str | None = None,
-                 graphs: bool = True, graph_settings: GraphSettings | None = None, **_ignored) -> "SimEngine":
+    def from_dir(cls, path: str | Path, *, settings: SimSettings | None = None,  # type: ignore[override]
+                 model_id: str | None = None, graphs: bool = True, graph_settings: GraphSettings | None = None,
+                 **_ignored) -> SimEngine:
         """A model directory (config.json; weights are not read), served on
         the simulated device."""
         started = time.perf_counter()
@@ -75,7 +68,15 @@ class SimEngine(Engine):
         with torch.device("meta"):
             model = build_model(spec, backend)
         settings = settings or SimSettings()
-        engine = cls(spec, model, settings, graphs, graph_settings)
+        stream = SimStream(settings.cost, settings.launch_us, parse_faults(settings.faults), settings.log_path)
+        synth = OutputSynth(model.dimension, model.multi_vector_dimension, spec.hidden_size, spec.vocab_size,
+                            len(spec.labels) if OutputKind.CLASSIFY in model.kinds else 0)
+        device = SimDevice(stream, synth)
+        runner = assemble(device, model.dimension, spec.normalize, (),
+                          Dispatcher(graph_settings or GraphSettings(), enabled=graphs))
+        engine = cls(spec, model, torch.bfloat16, backend, runner)
+        engine.settings = settings
+        engine.stream = stream
         log.info("simulated device for %s (%s): %s, launch %.1f us%s%s, in %.1fs", spec.model_id, spec.model_type,
                  settings.cost.describe(), settings.launch_us,
                  f", faults {settings.faults}" if settings.faults else "",

@@ -10,10 +10,12 @@ tokens sit), multi-vector rows are unit vectors, scores are (logit,
 sigmoid), classifier logits one per label, SPLADE rows weight only the
 sequence's own ids.
 
-The values come from splitmix64 over NumPy arrays, a few dozen operations a
-step whatever its size; they are written on the host while the modelled
-step runs (``runner.py``), as a GPU would compute them while the host goes
-on.
+The values come from splitmix64 over NumPy arrays. A dense row (the hot
+path: every query) is the sum of two rows of a fixed random table picked by
+the top bits of its sequence's 64-bit hash, a handful of operations whatever
+the width, so that the rows fit within a launch's modelled host time
+(``device.py``); two different sequences share a dense row with
+probability 2^-20 per pair.
 """
 
 from __future__ import annotations
@@ -47,10 +49,19 @@ def _table(seeds: np.ndarray, width: int) -> np.ndarray:
     return _unit(_mix(seeds[:, None] + cols[None, :])) * 2.0 - 1.0
 
 
+_TABLE_BITS = 10
+_HIGH = np.uint64(64 - _TABLE_BITS)  # a dense row's two table rows: the top bits,
+_NEXT = np.uint64(64 - 2 * _TABLE_BITS)  # then the ten below them
+_MASK = np.uint64((1 << _TABLE_BITS) - 1)
+
+
 class OutputSynth:
     """Writes one step's output rows, as the model's forward would."""
 
     def __init__(self, dimension: int, multi_vector_dimension: int, hidden: int, vocab: int, labels: int):
+        # Dense rows: two rows of this table, by two 10-bit slices of the hash.
+        self._dense = _table(np.arange(1 << _TABLE_BITS, dtype=np.uint64), dimension).astype(np.float32)
+        self._w = np.zeros(0, dtype=np.uint64)
         self.cols = {
             OutputKind.DENSE: dimension,
             OutputKind.SPARSE: 1,
@@ -60,6 +71,12 @@ class OutputSynth:
             OutputKind.SPARSE_VOCAB: vocab,
             OutputKind.TOKEN_STATES: hidden,
         }
+
+    def _weights(self, positions: int) -> np.ndarray:
+        """One random odd uint64 per position, ``positions`` at least."""
+        if self._w.size < positions:
+            self._w = _mix(np.arange(max(positions, 2 * self._w.size), dtype=np.uint64) * _POS) | np.uint64(1)
+        return self._w
 
     def shape(self, batch: Batch) -> tuple[int, int]:
         layout, kind = batch.layout, batch.kind
@@ -78,23 +95,33 @@ class OutputSynth:
         rows, cols = self.shape(batch)
         if rows == 0:
             return
+        layout = batch.layout
         dst = out[: rows * cols].reshape(rows, cols)
         ids = batch.numpy_field("ids").astype(np.uint64)
-        pos = batch.numpy_field("positions").astype(np.uint64)
+        pos = batch.numpy_field("positions")
         cu = batch.numpy_field("cu")
         starts = cu[:-1]
-        per_token = _mix(ids + pos * _POS)
-        per_seq = _mix(np.add.reduceat(per_token, starts))  # order-sensitive: positions are mixed in
+        # Each id times a random odd weight of its position, summed per
+        # sequence: order-sensitive, a few operations a step. The products'
+        # high bits are well mixed; ``_mix`` mixes the rest where needed.
+        weighted = ids * self._weights(layout.tokens if layout.segments == 1 else int(pos.max()) + 1)[pos]
+        per_seq = np.add.reduceat(weighted, starts)
         kind = batch.kind
         if kind is OutputKind.DENSE:
-            v = _table(per_seq, cols)
+            v = self._dense[per_seq >> _HIGH]
+            v += self._dense[(per_seq >> _NEXT) & _MASK]
             dims = batch.numpy_field("dims")
-            v[np.arange(cols)[None, :] >= dims[:, None]] = 0.0
+            if (dims < cols).any():
+                v[np.arange(cols)[None, :] >= dims[:, None]] = 0.0
             norm = batch.numpy_field("norm") > 0
-            if norm.any():
-                v[norm] /= np.linalg.norm(v[norm], axis=1, keepdims=True)
+            if norm.all():
+                v /= np.sqrt(np.einsum("ij,ij->i", v, v))[:, None]
+            elif norm.any():
+                v[norm] /= np.sqrt(np.einsum("ij,ij->i", v[norm], v[norm]))[:, None]
             dst[:] = v
-        elif kind is OutputKind.SCORE:
+            return
+        per_seq = _mix(per_seq)
+        if kind is OutputKind.SCORE:
             logit = (_unit(per_seq) - 0.5) * 8.0
             dst[:, 0] = logit
             dst[:, 1] = 1.0 / (1.0 + np.exp(-logit))
@@ -102,7 +129,7 @@ class OutputSynth:
             dst[:] = _table(per_seq, cols) * 4.0
         elif kind in (OutputKind.SPARSE, OutputKind.TOKEN_STATES, OutputKind.MULTI_VECTOR):
             lengths = np.diff(cu)
-            token_seed = per_token + np.repeat(per_seq, lengths)
+            token_seed = _mix(weighted) + np.repeat(per_seq, lengths)
             if kind is OutputKind.SPARSE:
                 w = _unit(_mix(token_seed))
                 ends = cu[1:] - 1

@@ -27,6 +27,12 @@ def test_sim_quick_run(tmp_path):
     assert set(r["scoring"]) == {"5", "25", "50"}
     assert r["saturation"]["on"]["steps"] > 0 and r["saturation"]["off"]["overlapping_launches"] == 0
     assert set(r["fanout"]["levels"]) == {"1", "2"}
+    for lv in r["fanout"]["levels"].values():  # the CPU attributed per process
+        assert lv["cpu"]["processes"]["ivy"]["cpu_s"] > 0 and "clients" in lv["cpu_cores"]
+    assert "host" in r, "the host path profile needs the compiled load generator (make test builds it)"
+    for path in ("tulip", "ivy"):
+        assert r["host"][path]["cpu_us_per_request"]["tulip"] > 0, path
+    assert r["host"]["ivy"]["cpu_us_per_request"]["ivy"] > 0
     # Isolation: a file set per cost model, every scenario measured.
     assert r["isolation"] == {m: f"sim-isolation-{m}.md" for m in ("roofline", "published")}
     for m in ("roofline", "published"):

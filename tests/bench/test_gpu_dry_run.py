@@ -97,7 +97,7 @@ def _cmdline(proc: Path) -> str:
 
 def test_graph_configurations_fall_in_the_buckets_of_the_charts_batches():
     from bench.gpu.run import Sizes, graph_configurations
-    from rose.graphs import GraphKey, GraphSettings
+    from rose.step.graphs import GraphKey, GraphSettings
 
     settings, sizes = GraphSettings(), Sizes(dry=False)
     configs = graph_configurations(sizes)
@@ -118,9 +118,9 @@ def test_the_captured_configurations_run_on_the_static_path(tmp_path):
     (same dispatcher and buckets, no graph): every configuration the
     model's length allows is accepted and warmed up then captured."""
     from bench.gpu.run import Sizes, fitting, graph_configurations
+    from bench.harness.tiny_models import tiny_bert
     from rose import Engine
-    from rose.graphs import GraphSettings, State
-    from tests.support.models import tiny_bert
+    from rose.step.graphs import GraphSettings, State
 
     bert_dir = tiny_bert(tmp_path / "bert")
     configs = graph_configurations(Sizes(dry=False))["serving"]

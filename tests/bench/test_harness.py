@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from bench import affinity, gate, inputs
-from bench.harness import Stats, interleave, percentile
-from bench.httpclient import HttpClient
+from bench.harness import affinity, gate, inputs
+from bench.harness.httpclient import HttpClient
+from bench.harness.timing import Stats, interleave, percentile
 from tests.support.servers import REPO
 
 

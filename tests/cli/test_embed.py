@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support import models
-from tests.support.fixtures import corpus_lines
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
 from tests.support.servers import REPO, Ivy, Tulip, wait_for
 
 pytestmark = pytest.mark.slow

@@ -22,10 +22,10 @@ import urllib.request
 import numpy as np
 import pytest
 
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
 from tests.cli.serve_process import Serve, alive, children_of
-from tests.support import models
 from tests.support.fake_hub import files_of, hub_cache
-from tests.support.fixtures import corpus_lines
 from tests.support.servers import REPO, wait_for
 from tests.support.vectors import cosines
 
@@ -60,7 +60,9 @@ def printed_curl(stdout: str) -> list[str]:
 
 
 def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, st_minilm, log_dir):
-    s = Serve(log_dir=log_dir)
+    # A drain long enough for the large request below on a loaded 2-core
+    # machine (at the default 30 s, load 5 cut it short).
+    s = Serve("--drain-timeout", "600", log_dir=log_dir)
     serves.append(s)
     s.wait_ready()
     pids = s.child_pids()
@@ -90,7 +92,7 @@ def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, s
     s.proc.send_signal(signal.SIGTERM)
     sender.join(600)
     assert answer and answer[0].shape == (len(big), 384)
-    assert s.wait() == 0, s.log()[-4000:]
+    assert s.wait(timeout=660) == 0, s.log()[-4000:]
     left = [name for name, pid in pids.items() if alive(pid)]
     assert not left, f"still running after SIGTERM: {left}"
     assert "draining Ivy, then the replicas" in s.log()

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
 from tests.cli.serve_process import Serve, alive
-from tests.support import models
-from tests.support.fixtures import corpus_lines
 from tests.support.servers import REPO
 from tests.support.vectors import cosines
 

@@ -35,6 +35,7 @@ def colocated_service(objects: list[dict]) -> dict:
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
 def test_every_object_is_valid_kubernetes(colocated, kube_version):
     _, objects = colocated
+    assert {"Deployment", "Service"} <= {o["kind"] for o in objects}  # not an empty loop
     for obj in objects:
         if obj["kind"] != "ServiceMonitor":
             kubernetes_validate.validate(obj, kube_version, strict=True)

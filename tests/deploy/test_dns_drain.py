@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.deploy.resolver import DnsServer, established_peers, namespaces_work, with_resolver
 from tests.support.servers import IVY_BIN, Ivy, Process, Tulip, free_port, wait_for
 

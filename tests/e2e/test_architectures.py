@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support import models
+from bench.harness import tiny_models as models
 from tests.support.servers import Ivy, Tulip
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.support import models
-from tests.support.fixtures import corpus_lines
-from tests.support.models import hf_tokenizer
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
+from tests.support.reference import hf_tokenizer
 from tests.support.servers import Ivy, start_tulips
 from tulip.client import load_stubs
 

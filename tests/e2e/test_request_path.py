@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from bench.harness.fixtures import corpus_lines
 from tests.support import http
-from tests.support.fixtures import corpus_lines
 from tests.support.vectors import cosines
 
 

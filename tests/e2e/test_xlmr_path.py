@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.harness import tiny_models as models
+from bench.harness.fixtures import corpus_lines
 from rose import Engine
-from tests.support import models
-from tests.support.fixtures import corpus_lines
 from tests.support.servers import Ivy, Tulip
 
 pytestmark = pytest.mark.slow

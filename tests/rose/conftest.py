@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fixtures import corpus_lines
-from tests.support.models import tiny_bert, tiny_qwen3, tiny_qwen3_reranker, tiny_reranker, tiny_xlmr
+from bench.harness.fixtures import corpus_lines
+from bench.harness.tiny_models import tiny_bert, tiny_qwen3, tiny_qwen3_reranker, tiny_reranker, tiny_xlmr
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +51,7 @@ def reranker_bert_dir(models_root):
 @pytest.fixture(scope="session")
 def modernbert_reranker_dir(models_root):
     """gte-reranker-modernbert style: ModernBertForSequenceClassification, one label."""
-    from tests.support.models import tiny_modernbert
+    from bench.harness.tiny_models import tiny_modernbert
 
     return tiny_modernbert(models_root / "modernbert-reranker", seed=14, labels=("score",))
 

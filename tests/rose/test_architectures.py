@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bench.harness.tiny_models import tiny_mpnet
 from rose import Engine
 from tests.support import reference as ref
-from tests.support.models import tiny_mpnet
 from tests.support.reference import assert_close_vectors, qwen3_rerank_ids
 
 from .conftest import tokenize
@@ -86,8 +86,9 @@ def test_static_buffers_match_eager(request, fixture, texts):
 def test_sequence_classifier_logits(arch, models_root, texts):
     """``ForSequenceClassification`` with several labels: every label's
     logit within 1e-3 of transformers, the names from id2label."""
-    from tests.support.models import tiny_reranker
     from tokenizers import Tokenizer
+
+    from bench.harness.tiny_models import tiny_reranker
 
     labels = ("negative", "neutral", "positive")
     d = tiny_reranker(models_root / f"classifier-{arch}", seed=6, arch=arch, labels=labels)
@@ -106,7 +107,7 @@ def test_sequence_classifier_logits(arch, models_root, texts):
 
 @pytest.fixture(scope="module")
 def modernbert_dir(models_root):
-    from tests.support.models import tiny_modernbert
+    from bench.harness.tiny_models import tiny_modernbert
 
     return tiny_modernbert(models_root / "modernbert")
 
@@ -131,12 +132,12 @@ def test_modernbert_dense(modernbert_dir, texts):
 def _hidden(e: Engine, seqs) -> torch.Tensor:
     """The engine model's last hidden states [T, H] for a ragged batch."""
     from rose.interface import Batch
-    from rose.layout import step_inputs
+    from rose.step.inputs import step_inputs
 
     b = Batch.from_lists(seqs)
     lengths = b.lengths
     with torch.inference_mode():
-        x = step_inputs(b.arena, b.layout, e.runner.backend, e.model.causal, lengths, max(lengths))
+        x = step_inputs(b.arena, b.layout, e.backend, e.model.causal, lengths, max(lengths))
         return e.model.encode(x)
 
 
@@ -144,7 +145,7 @@ def test_modernbert_local_window_matters(modernbert_dir, models_root, texts):
     """With a window wider than the input, sequences longer than the
     window (65 tokens: 64 either side) change and the others do not: the
     window mask is really applied, and only where it cuts."""
-    from tests.support.models import tiny_modernbert
+    from bench.harness.tiny_models import tiny_modernbert
 
     wide = tiny_modernbert(models_root / "modernbert-wide", local_attention=4096)
     seqs = _long_seqs(modernbert_dir, texts)
@@ -162,7 +163,8 @@ def test_splade_matches_sentence_transformers(arch, strategy, models_root, texts
     SparseEncoder, weights within 1e-3; and the same as the formula on
     transformers' masked-LM logits."""
     from sentence_transformers import SparseEncoder
-    from tests.support.models import tiny_splade
+
+    from bench.harness.tiny_models import tiny_splade
 
     d = tiny_splade(models_root / f"splade-{arch}-{strategy}", seed=8, arch=arch, strategy=strategy)
     st = SparseEncoder(str(d), device="cpu")
@@ -197,7 +199,7 @@ def test_qwen3_reranker_scores(tied, st_files, models_root, texts):
     files, the same as CrossEncoder.predict."""
     from transformers import AutoModelForCausalLM
 
-    from tests.support.models import tiny_qwen3_reranker
+    from bench.harness.tiny_models import tiny_qwen3_reranker
 
     d = tiny_qwen3_reranker(models_root / f"qwen3-rerank-{tied}-{st_files}", seed=9, tied=tied, st_files=st_files)
     seqs = qwen3_rerank_ids(d, "what is the capital of france", texts[:10])
@@ -223,7 +225,7 @@ def test_qwen3_reranker_scores(tied, st_files, models_root, texts):
 def gemma_dir(models_root):
     """EmbeddingGemma shape with a 32-token sliding window, so real
     sentences cross it (the real model's is 512)."""
-    from tests.support.models import tiny_embeddinggemma
+    from bench.harness.tiny_models import tiny_embeddinggemma
 
     return tiny_embeddinggemma(models_root / "embeddinggemma", seed=10, sliding_window=32)
 
@@ -259,7 +261,7 @@ def test_embeddinggemma_hidden_states_match_transformers(gemma_dir, texts):
 
 
 def test_embeddinggemma_window_matters(gemma_dir, models_root, texts):
-    from tests.support.models import tiny_embeddinggemma
+    from bench.harness.tiny_models import tiny_embeddinggemma
 
     wide = tiny_embeddinggemma(models_root / "embeddinggemma-wide", seed=10, sliding_window=4096)
     seqs = tokenize(gemma_dir, texts)
@@ -273,7 +275,7 @@ def test_embeddinggemma_window_matters(gemma_dir, models_root, texts):
 
 @pytest.fixture(scope="module")
 def nomic_dir(models_root):
-    from tests.support.models import tiny_nomic_bert
+    from bench.harness.tiny_models import tiny_nomic_bert
 
     return tiny_nomic_bert(models_root / "nomic-bert", seed=11)
 
@@ -311,7 +313,7 @@ def test_nomic_bert_remote_code_layout_is_refused(nomic_dir, tmp_path):
 def test_new_output_kinds_on_static_buffers(kind, models_root, texts):
     """The new output kinds through the static-buffer path (bucketed, with
     a filler segment) equal their eager outputs on every pass."""
-    from tests.support.models import tiny_qwen3_reranker, tiny_reranker, tiny_splade
+    from bench.harness.tiny_models import tiny_qwen3_reranker, tiny_reranker, tiny_splade
 
     if kind == "classify":
         d = tiny_reranker(models_root / "static-classifier", seed=12, arch="bert", labels=("a", "b", "c"))
@@ -335,7 +337,7 @@ def test_modernbert_cross_encoder_logits(labels, pooling, models_root, texts):
     of transformers, pairs long enough to cross the local window."""
     from tokenizers import Tokenizer
 
-    from tests.support.models import tiny_modernbert
+    from bench.harness.tiny_models import tiny_modernbert
 
     d = tiny_modernbert(models_root / f"modernbert-ce-{len(labels)}", seed=13, labels=labels,
                         classifier_pooling=pooling)
@@ -374,7 +376,7 @@ def test_deberta_v2_logits(labels, variant, models_root, texts):
     log buckets count) and on short pairs alone (fewer table rows)."""
     from tokenizers import Tokenizer
 
-    from tests.support.models import tiny_deberta_v2
+    from bench.harness.tiny_models import tiny_deberta_v2
 
     d = tiny_deberta_v2(models_root / f"deberta-{variant}-{len(labels)}", seed=15, labels=labels,
                         **DEBERTA_VARIANTS[variant])
@@ -421,8 +423,8 @@ def test_deberta_v2_conv_layer_is_refused(models_root, tmp_path):
     import json
     import shutil
 
+    from bench.harness.tiny_models import tiny_deberta_v2
     from rose.errors import ModelLoadError
-    from tests.support.models import tiny_deberta_v2
 
     d = tmp_path / "deberta-conv"
     shutil.copytree(tiny_deberta_v2(models_root / "deberta-conv-src", seed=16), d)
@@ -436,7 +438,7 @@ def test_deberta_v2_conv_layer_is_refused(models_root, tmp_path):
 def test_deberta_v2_on_static_buffers(models_root, texts):
     """The static-buffer path (bucketed width, filler segment) gives the
     eager scores on every pass (warm-up, capture, replay)."""
-    from tests.support.models import tiny_deberta_v2
+    from bench.harness.tiny_models import tiny_deberta_v2
 
     d = tiny_deberta_v2(models_root / "static-deberta", seed=17)
     seqs = tokenize(d, texts[:5])

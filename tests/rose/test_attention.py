@@ -168,7 +168,7 @@ def test_selection_leaves_padding_out_of_skewed_batches():
 def test_committed_tables_are_well_formed():
     paths = list((REPO / "rose" / "attention" / "tables").glob("*.json"))
     if not paths:
-        pytest.skip("no selection table committed yet (regenerate with bench/attention_sweep.py)")
+        pytest.skip("no selection table committed yet (regenerate with bench/scripts/attention_sweep.py)")
     for path in paths:
         data = json.loads(path.read_text())
         table = SelectionTable.load(path.stem)
@@ -178,14 +178,14 @@ def test_committed_tables_are_well_formed():
 
 def _bench(name: str):
     """A bench script as a module (run in-process: no second interpreter start-up)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name.replace('/', '_')}", REPO / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_sweep_dry_run_writes_a_loadable_table(tmp_path):
-    assert _bench("attention_sweep").main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert _bench("scripts/attention_sweep").main(["--dry-run", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "attention_sweep.json").read_text())
     assert data["cells"] and all(c["ranking"] for c in data["cells"])
     (tmp_path / "cpu.json").write_text(json.dumps(data))
@@ -196,6 +196,6 @@ def test_sweep_dry_run_writes_a_loadable_table(tmp_path):
 
 def test_gpu_engine_check_dry_run(tmp_path):
     """The GPU check script keeps working between GPU runs."""
-    assert _bench("gpu_engine_check").main(["--dry-run", "--out", str(tmp_path)]) == 0
+    assert _bench("gpu/engine_check").main(["--dry-run", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "gpu_engine_check.json").read_text())["rows"]
     assert {r["kind"] for r in rows} == {"dense", "sparse", "multi_vector"} and all(r["passed"] for r in rows)

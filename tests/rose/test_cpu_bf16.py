@@ -1,4 +1,4 @@
-"""The bfloat16 twin (rose/cpubf16.py): CPU steps the fast path does not
+"""The bfloat16 twin (rose/cpu/bf16.py): CPU steps the fast path does not
 take run on a bfloat16 copy of the model once their token bucket is gated.
 
 Fidelity per bucket against sentence-transformers on the same weights
@@ -18,22 +18,25 @@ import numpy as np
 import pytest
 import torch
 
-from rose import Engine, cpubf16, gated
-from rose.gated import FIDELITY, State
-from tests.support import models
+from bench.harness import tiny_models as models
+from rose import Engine
+from rose.cpu import Bf16Settings, OnnxSettings, bf16, gated
+from rose.cpu.gated import FIDELITY, State
 from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
 from tests.support.steps import run_twice, step
 
 from .conftest import tokenize
 
-if cpubf16.missing(require_amx=False):
-    pytest.skip(f"no bfloat16 twin here: {cpubf16.missing(require_amx=False)}", allow_module_level=True)
+if bf16.missing(require_amx=False):
+    pytest.skip(f"no bfloat16 twin here: {bf16.missing(require_amx=False)}", allow_module_level=True)
+
+FORCED = [Bf16Settings(require_amx=False)]  # --cpu-bf16 true
 
 
 @pytest.fixture(scope="module")
 def minilm_twin(minilm_dir):
-    return Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_bf16=True)
+    return Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_runtimes=FORCED)
 
 
 def test_minilm_buckets_match_sentence_transformers(minilm_twin, st_minilm, texts):
@@ -46,16 +49,16 @@ def test_minilm_buckets_match_sentence_transformers(minilm_twin, st_minilm, text
     for group in steps:
         seqs = st_inputs(st_minilm, group)
         want = st_minilm.encode(group, convert_to_tensor=True).float()
-        bucket = e.runner.twin.settings.bucket(sum(len(s) for s in seqs))
-        cold = e.runner.twin.state(bucket) is State.COLD
-        (mode1, out1), (mode2, out2) = run_twice(e, e.runner.twin, seqs)
+        bucket = e.runner.runtime("bf16").settings.bucket(sum(len(s) for s in seqs))
+        cold = e.runner.runtime("bf16").state(bucket) is State.COLD
+        (mode1, out1), (mode2, out2) = run_twice(e, e.runner.runtime("bf16"), seqs)
         assert mode1 == ("eager" if cold else "bf16")
-        assert e.runner.twin.state(bucket) is State.READY, e.runner.twin.gates
-        assert e.runner.twin.gates[bucket] >= FIDELITY
+        assert e.runner.runtime("bf16").state(bucket) is State.READY, e.runner.runtime("bf16").gates
+        assert e.runner.runtime("bf16").gates[bucket] >= FIDELITY
         assert mode2 == "bf16"
         assert_close_vectors(out1, want)
         assert_close_vectors(out2, want)
-    assert max(e.runner.twin.gates) == 4096
+    assert max(e.runner.runtime("bf16").gates) == 4096
 
 
 def test_options_and_other_outputs(minilm_twin, st_minilm):
@@ -64,7 +67,7 @@ def test_options_and_other_outputs(minilm_twin, st_minilm):
     e = minilm_twin
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
     seqs = st_inputs(st_minilm, texts)
-    run_twice(e, e.runner.twin, seqs)
+    run_twice(e, e.runner.runtime("bf16"), seqs)
     mode, got = step(e, seqs, dimensions=[64, 0], normalize=[False, True])
     assert mode == "bf16"
     full = st_minilm.encode(texts, convert_to_tensor=True, normalize_embeddings=False).float()
@@ -86,12 +89,12 @@ def test_families_match_float32(family, tmp_path, texts):
             "modernbert": models.tiny_modernbert, "splade": models.tiny_splade}[family]
     d = make(tmp_path / family)
     exact = Engine.from_dir(d, device="cpu", dtype="float32")
-    e = Engine.from_dir(d, device="cpu", dtype="float32", cpu_bf16=True)
-    kind = e.runner.twin.kind.value
+    e = Engine.from_dir(d, device="cpu", dtype="float32", cpu_runtimes=FORCED)
+    kind = e.runner.runtime("bf16").kind.value
     for group in (texts[:1], texts[:3], texts[4:12]):
         seqs = tokenize(d, group)
-        _, (mode, got) = run_twice(e, e.runner.twin, seqs, kind)
-        assert mode == "bf16", e.runner.twin.gates
+        _, (mode, got) = run_twice(e, e.runner.runtime("bf16"), seqs, kind)
+        assert mode == "bf16", e.runner.runtime("bf16").gates
         assert_close_vectors(got, step(exact, seqs, kind)[1])
 
 
@@ -101,20 +104,18 @@ def test_beside_the_fast_path(minilm_dir, st_minilm):
     the steps up to it and the twin the rest."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
-    from rose.cpufast import FastPathSettings
-
-    auto = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True, cpu_bf16=True)
-    assert auto.runner.fast is None and auto.runner.twin is not None
-    both = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True, cpu_bf16=True,
-                           cpu_fast_path_settings=FastPathSettings(max_tokens=16))
-    assert both.warm_cpu_fast_path() == {16: "ready"}
+    auto = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_runtimes=[OnnxSettings(), *FORCED])
+    assert auto.runner.runtime("onnx") is None and auto.runner.runtime("bf16") is not None
+    both = Engine.from_dir(minilm_dir, device="cpu", dtype="float32",
+                           cpu_runtimes=[OnnxSettings(max_tokens=16), *FORCED])
+    assert both.warm()["onnx"] == {16: "ready"}
     texts = ["What is an embedding?", "how long does sourdough take to rise in a cold kitchen overnight "
              "before it is baked in a very hot oven"]
     seqs = st_inputs(st_minilm, texts)
     assert len(seqs[0]) <= 16 < len(seqs[1])
     want = st_minilm.encode(texts, convert_to_tensor=True).float()
-    for i, mode in ((0, "replay"), (1, "bf16")):
-        run_twice(both, both.runner.twin, seqs[i:i + 1])
+    for i, mode in ((0, "onnx"), (1, "bf16")):
+        run_twice(both, both.runner.runtime("bf16"), seqs[i:i + 1])
         got_mode, got = step(both, seqs[i:i + 1])
         assert got_mode == mode
         assert_close_vectors(got, want[i:i + 1])
@@ -124,12 +125,14 @@ def test_gate_refusal_stays_float32(minilm_dir, monkeypatch, caplog):
     """A bucket whose twin output misses the gate runs float32 from then
     on (an unreachable gate, so that every bucket misses it)."""
     monkeypatch.setattr(gated, "FIDELITY", 1.5)
-    e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_bf16=True)
+    e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_runtimes=FORCED)
     seqs = [[101, 2054, 2003, 2019, 7861, 8270, 4667, 1029, 102]]
-    with caplog.at_level(logging.WARNING, logger="rose.gated"):
-        (m1, out1), (m2, out2) = run_twice(e, e.runner.twin, seqs)
+    with caplog.at_level(logging.WARNING, logger="rose.cpu"):
+        (m1, out1), (m2, out2) = run_twice(e, e.runner.runtime("bf16"), seqs)
     assert (m1, m2) == ("eager", "eager")
-    assert e.runner.twin.state(16) is State.FAILED and e.runner.twin.gates[16] < 1.5
+    twin = e.runner.runtime("bf16")
+    # Refused by the gate, not by a broken twin: its output met the real bar.
+    assert twin.state(16) is State.FAILED and FIDELITY <= twin.gates[16] <= 1.0 + 1e-9
     assert "fails the fidelity gate" in caplog.text
     assert torch.equal(out1, out2)
     assert e.runner.stats.steps["bf16"] == 0
@@ -139,11 +142,11 @@ def test_off_and_refused_mean_float32(minilm_dir, tmp_path):
     """Off (the Python default), and refused for a cross-encoder, whose
     logits a cosine cannot judge: no twin, every step float32."""
     e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32")
-    assert e.runner.twin is None and e.warm_cpu_bf16() == {}
+    assert e.runner.runtime("bf16") is None and e.warm() == {}
     seqs = [[101, 2054, 2003, 102]]
     assert [step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
-    r = Engine.from_dir(models.tiny_reranker(tmp_path / "rr"), device="cpu", dtype="float32", cpu_bf16=True)
-    assert r.runner.twin is None
+    r = Engine.from_dir(models.tiny_reranker(tmp_path / "rr"), device="cpu", dtype="float32", cpu_runtimes=FORCED)
+    assert r.runner.runtime("bf16") is None
 
 
 def test_auto_without_amx_stays_float32(minilm_dir):
@@ -154,12 +157,14 @@ def test_auto_without_amx_stays_float32(minilm_dir):
         "import logging, torch; logging.basicConfig(level=logging.INFO)\n"
         "torch.cpu._is_amx_tile_supported = lambda: False\n"
         "from rose import Engine, Batch\n"
-        f"auto = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', cpu_bf16=None)\n"
-        "assert auto.runner.twin is None\n"
+        "from rose.cpu import Bf16Settings\n"
+        f"auto = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', cpu_runtimes=[Bf16Settings()])\n"
+        "assert auto.runner.runtime('bf16') is None\n"
         "modes = [auto.step(Batch.from_lists([[101, 2000, 2001, 102]])).info.mode for _ in range(3)]\n"
         "assert modes == ['eager'] * 3, modes\n"
-        f"forced = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', cpu_bf16=True)\n"
-        "assert forced.runner.twin is not None\n"
+        f"forced = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', "
+        "cpu_runtimes=[Bf16Settings(require_amx=False)])\n"
+        "assert forced.runner.runtime('bf16') is not None\n"
         "print('ok')\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr

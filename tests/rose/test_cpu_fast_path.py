@@ -1,4 +1,4 @@
-"""The CPU fast path (rose/cpufast.py): small steps on ONNX Runtime from
+"""The CPU fast path (rose/cpu/onnx.py): small steps on ONNX Runtime from
 ROSE's own export, built per token bucket in the background and gated.
 
 Fidelity per bucket and per family against sentence-transformers on the
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from rose import Batch, Engine
-from rose.cpufast import FastPathSettings
-from rose.gated import FIDELITY, State
+from rose.cpu import OnnxSettings
+from rose.cpu.gated import FIDELITY, State
 from tests.support.reference import assert_close_vectors, st_inputs
 from tests.support.servers import REPO, Tulip
 from tests.support.steps import run_twice, step
@@ -30,7 +30,7 @@ pytest.importorskip("onnxscript")
 # Sequence lengths that land in every bucket up to 128 tokens, and a step
 # larger than the fast path takes (128 tokens max here, to keep it short).
 LENGTHS = (9, 16, 27, 50, 100, 160)
-SETTINGS = FastPathSettings(max_tokens=128)
+SETTINGS = OnnxSettings(max_tokens=128)
 
 
 def _texts_of_lengths(st, corpus: list[str], lengths=LENGTHS) -> list[str]:
@@ -52,8 +52,7 @@ def _texts_of_lengths(st, corpus: list[str], lengths=LENGTHS) -> list[str]:
 
 @pytest.fixture(scope="module")
 def minilm_fast(minilm_dir):
-    return Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_fast_path=True,
-                           cpu_fast_path_settings=SETTINGS)
+    return Engine.from_dir(minilm_dir, device="cpu", dtype="float32", cpu_runtimes=[SETTINGS])
 
 
 def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minilm, texts):
@@ -63,22 +62,22 @@ def test_minilm_every_bucket_matches_sentence_transformers(minilm_fast, st_minil
     for text, n, ref in zip(queries, LENGTHS, want):
         seqs = st_inputs(st_minilm, [text])
         bucket = SETTINGS.bucket(len(seqs[0]))
-        cold = bucket is None or e.runner.fast.state(bucket) is State.COLD
-        (mode1, out1), (mode2, out2) = run_twice(e, e.runner.fast, seqs)
-        assert mode1 == ("eager" if cold else "replay")  # the first hit of a bucket is eager
+        cold = bucket is None or e.runner.runtime("onnx").state(bucket) is State.COLD
+        (mode1, out1), (mode2, out2) = run_twice(e, e.runner.runtime("onnx"), seqs)
+        assert mode1 == ("eager" if cold else "onnx")  # the first hit of a bucket is eager
         assert_close_vectors(out1, ref.unsqueeze(0))
         if bucket is None:  # beyond --cpu-fast-path-max-tokens: the ragged eager path
             assert mode2 == "eager"
         else:
-            assert e.runner.fast.state(bucket) is State.READY, (n, e.runner.fast.gates)
-            assert e.runner.fast.gates[bucket] >= FIDELITY
-            assert mode2 == "replay"
+            assert e.runner.runtime("onnx").state(bucket) is State.READY, (n, e.runner.runtime("onnx").gates)
+            assert e.runner.runtime("onnx").gates[bucket] >= FIDELITY
+            assert mode2 == "onnx"
         assert_close_vectors(out2, ref.unsqueeze(0))
-    assert e.runner.fast.counts()["ready"] == 4  # 16, 32, 64, 128
+    assert e.runner.runtime("onnx").counts()["ready"] == 4  # 16, 32, 64, 128
     # Several sequences in one small step (Tulip batches concurrent queries).
     seqs = st_inputs(st_minilm, queries[:3])
     mode, out = step(e, seqs)
-    assert mode == "replay"
+    assert mode == "onnx"
     assert_close_vectors(out, want[:3])
 
 
@@ -88,10 +87,10 @@ def test_options_and_other_outputs(minilm_fast, st_minilm):
     e = minilm_fast
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
     seqs = st_inputs(st_minilm, texts)
-    e.warm_cpu_fast_path()
+    e.warm()
     lazy = e.step(Batch.from_lists(seqs, dimensions=[64, 0], normalize=[False, True]))
     got = lazy.tensor().clone()
-    assert lazy.info.mode == "replay"
+    assert lazy.info.mode == "onnx"
     lazy.release()
     full = st_minilm.encode(texts, convert_to_tensor=True, normalize_embeddings=False).float()
     assert torch.count_nonzero(got[0, 64:]) == 0
@@ -108,18 +107,17 @@ def test_bge_m3_shape_dense_per_bucket(xlmr_dir, texts):
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(xlmr_dir), device="cpu")
-    e = Engine.from_dir(xlmr_dir, device="cpu", dtype="float32", cpu_fast_path=True,
-                        cpu_fast_path_settings=SETTINGS)
+    e = Engine.from_dir(xlmr_dir, device="cpu", dtype="float32", cpu_runtimes=[SETTINGS])
     assert set(e.info.kinds) == {"dense", "sparse", "multi_vector"}
     queries = _texts_of_lengths(st, texts, LENGTHS[:-1])
     want = st.encode(queries, convert_to_tensor=True).float()
     for text, ref in zip(queries, want):
         seqs = st_inputs(st, [text])
-        _, (mode, out) = run_twice(e, e.runner.fast, seqs)
-        assert mode == "replay", e.runner.fast.gates
+        _, (mode, out) = run_twice(e, e.runner.runtime("onnx"), seqs)
+        assert mode == "onnx", e.runner.runtime("onnx").gates
         assert_close_vectors(out, ref.unsqueeze(0))
     mode, out = step(e, st_inputs(st, queries[:2]))
-    assert mode == "replay"
+    assert mode == "onnx"
     assert_close_vectors(out, want[:2])
     for kind in ("sparse", "multi_vector"):
         assert step(e, st_inputs(st, queries[:1]), kind)[0] == "eager"
@@ -127,11 +125,11 @@ def test_bge_m3_shape_dense_per_bucket(xlmr_dir, texts):
 
 def test_off_means_eager_and_nothing_built(minilm_dir, st_minilm, texts):
     e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32")  # off by default in Python
-    assert e.runner.fast is None
+    assert e.runner.runtime("onnx") is None
     seqs = st_inputs(st_minilm, texts[:1])
     assert [step(e, seqs)[0] for _ in range(3)] == ["eager"] * 3
-    assert e.warm_cpu_fast_path() == {}
-    assert e.runner.stats.steps["replay"] == 0
+    assert e.warm() == {}
+    assert "onnx" not in e.runner.stats.steps
 
 
 def test_runtime_missing_falls_back_to_eager(minilm_dir):
@@ -141,8 +139,9 @@ def test_runtime_missing_falls_back_to_eager(minilm_dir):
         "import sys, logging; logging.basicConfig(level=logging.INFO)\n"
         "sys.modules['onnxruntime'] = None\n"
         "from rose import Engine, Batch\n"
-        f"e = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', cpu_fast_path=True)\n"
-        "assert e.runner.fast is None\n"
+        "from rose.cpu import OnnxSettings\n"
+        f"e = Engine.from_dir({str(minilm_dir)!r}, device='cpu', dtype='float32', cpu_runtimes=[OnnxSettings()])\n"
+        "assert e.runner.runtime('onnx') is None\n"
         "modes = [e.step(Batch.from_lists([[101, 2000, 2001, 102]])).info.mode for _ in range(3)]\n"
         "assert modes == ['eager'] * 3, modes\n"
         "print('ok')\n")
@@ -155,16 +154,16 @@ def _onnxruntime_loaded(pid: int) -> bool:
     return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
 
 
-def _replays(tulip: Tulip) -> float:
+def _onnx_steps(tulip: Tulip) -> float:
     for line in tulip.metrics().splitlines():
-        if line.startswith('tulip_steps_total{mode="replay"}'):
+        if line.startswith('tulip_steps_total{mode="onnx"}'):
             return float(line.split()[1])
     return 0.0
 
 
 def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
-    """Served: with the fast path warmed at start-up a query's step is a
-    replay and matches sentence-transformers; with it off no step is, and
+    """Served: with the fast path warmed at start-up a query's step runs on
+    ONNX Runtime and matches sentence-transformers; with it off no step is, and
     ONNX Runtime is never loaded into the process."""
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
     seqs = st_inputs(st_minilm, texts)
@@ -173,13 +172,13 @@ def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
                cpu_fast_path_max_tokens=64, timeout=900)
     off = Tulip(minilm_dir, log_dir=log_dir)  # the test default: --cpu-fast-path false
     try:
-        for tulip, replays in ((on, True), (off, False)):
+        for tulip, onnx in ((on, True), (off, False)):
             with tulip.client() as c:
                 for i, s in enumerate(seqs):
                     got = torch.tensor(np.array(c.embed([s]).values, dtype=np.float32)).reshape(1, -1)
                     assert_close_vectors(got, want[i:i + 1])
-            assert (_replays(tulip) >= 2) is replays
-            assert _onnxruntime_loaded(tulip.proc.pid) is replays
+            assert (_onnx_steps(tulip) >= 2) is onnx
+            assert _onnxruntime_loaded(tulip.proc.pid) is onnx
     finally:
         on.stop()
         off.stop()
@@ -192,17 +191,16 @@ def test_warm_splits_buckets_longer_than_the_model_input(tmp_path):
     real two-sequence step as the eager path does."""
     import json
 
-    from tests.support.models import tiny_bert
+    from bench.harness.tiny_models import tiny_bert
 
     d = tiny_bert(tmp_path / "short")
     cfg = json.loads((d / "sentence_bert_config.json").read_text())
     (d / "sentence_bert_config.json").write_text(json.dumps({**cfg, "max_seq_length": 32}))
-    e = Engine.from_dir(d, device="cpu", dtype="float32", cpu_fast_path=True,
-                        cpu_fast_path_settings=FastPathSettings(max_tokens=64))
+    e = Engine.from_dir(d, device="cpu", dtype="float32", cpu_runtimes=[OnnxSettings(max_tokens=64)])
     assert e.info.max_input_length == 32
-    assert e.warm_cpu_fast_path() == {16: "ready", 32: "ready", 64: "ready"}
+    assert e.warm() == {"onnx": {16: "ready", 32: "ready", 64: "ready"}}
     seqs = [list(range(101, 131)), list(range(201, 229))]
     mode, got = step(e, seqs)
-    assert mode == "replay"
+    assert mode == "onnx"
     eager = Engine.from_dir(d, device="cpu", dtype="float32")
     assert_close_vectors(got, step(eager, seqs)[1])

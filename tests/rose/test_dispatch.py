@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rose.graphs import Action, Dispatcher, GraphKey, GraphSettings, State
+from rose.step.graphs import Action, Dispatcher, GraphKey, GraphSettings, State
 from rose.interface import OutputKind
 
 DENSE = OutputKind.DENSE

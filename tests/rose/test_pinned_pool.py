@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from rose.pinned import PinnedPool
+from rose.step.staging import PinnedPool
 
 
 class Event:

@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
+from bench.harness.tiny_models import st_pipeline
 from rose import Engine, ModelLoadError
-from tests.support.models import st_pipeline
 from tests.support.reference import assert_close_vectors
 
 

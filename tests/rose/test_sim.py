@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from bench.harness.tiny_models import tiny_reranker, tiny_splade, tiny_xlmr
 from rose import Batch, DeviceError, OutputKind
 from rose.sim import CostModel, SimEngine, SimSettings, busy_fraction, fit, overlapping, read_log
 from rose.sim import cost as cost_module
-from rose.sim.events import SimEvent, decode, encode
+from rose.sim.events import SimEvent
 from rose.sim.faults import parse as parse_faults
-from tests.support.models import tiny_reranker, tiny_splade, tiny_xlmr
 from tests.support.servers import default_model_dir
 
 
@@ -56,15 +56,21 @@ def test_fit_recovers_the_constants_from_synthetic_steps():
     assert min(flat.t0, flat.a, flat.b) >= 0 and flat.t0 == pytest.approx(1e-3)
 
 
-def test_event_handles_are_tagged_and_ready_at_their_end():
+def test_event_handles_are_tagged_and_complete_when_ended_and_written():
+    """Complete once the modelled end has passed and the rows are written;
+    a failed step's event raises torch's text (no timing window: ends are
+    far in the past or the future)."""
     now = time.monotonic_ns()
-    h = encode(now + 5_000_000, 700)
-    assert h & 1 and decode(h)[1] == 700 and decode(h)[0] >= now + 5_000_000
-    e = SimEvent(now + 20_000_000)
-    assert not e.query()
-    time.sleep(0.03)
-    assert e.query()
+    later = SimEvent(now + 60 * 10**9)
+    assert later.cuda_event & 1 and later.end_ns == now + 60 * 10**9
+    later.written()
+    assert not later.query()  # not before its end
+    ended = SimEvent(now)
+    assert not ended.query()  # not before its rows are written
+    ended.written()
+    assert ended.query()
     failed = SimEvent(now, 700)
+    failed.written()
     with pytest.raises(RuntimeError, match="illegal memory access"):
         failed.query()
 
@@ -144,7 +150,7 @@ def test_steps_queue_on_one_stream_and_the_log_shows_them(tmp_path):
     assert busy_fraction(steps) == pytest.approx(1.0)
     for lazy in (first, second):
         lazy.release()
-    assert engine.runner.pool.in_use == 0
+    assert engine.runner.device.pool.in_use == 0
 
 
 def test_faults_take_the_cuda_error_paths(tmp_path):

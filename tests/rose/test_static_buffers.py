@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from rose import Batch, Engine, OutputKind
-from rose.graphs import State
+from rose.step.graphs import State
 from rose.interface import Layout
-from rose.layout import repack, resolve_defaults, step_inputs
+from rose.step.inputs import repack, resolve_defaults, step_inputs
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def run(engine: Engine, batch: Batch) -> torch.Tensor:
 
 def test_padding_never_changes_real_outputs(engines):
     eager, _ = engines
-    model, backend = eager.model, eager.runner.backend
+    model, backend = eager.model, eager.backend
     batch = random_batch(random.Random(1), 5, 40)
     resolve_defaults(batch, 384, True)
     outs = []
@@ -86,7 +86,7 @@ def test_static_path_mixed_configurations(engines):
 
 
 def test_batches_beyond_the_grid_run_eagerly(minilm_dir):
-    from rose.graphs import GraphSettings
+    from rose.step.graphs import GraphSettings
 
     e = Engine.from_dir(minilm_dir, device="cpu", static_on_cpu=True,
                         graph_settings=GraphSettings(max_tokens=128, max_sequences=2))

@@ -74,14 +74,17 @@ def test_host_thread_set_up_stays_on_that_thread(minilm_dir):
 
 def test_a_host_thread_selects_the_device_only_when_one_is_named(monkeypatch):
     """Plain "cuda" means the current device (torch.cuda.set_device refuses
-    a device without an index); "cuda:1" is selected on the host thread."""
-    from types import SimpleNamespace
-
-    from rose.runner import Runner
+    a device without an index); "cuda:1" is selected at start-up and on
+    each host thread."""
+    from rose.step.device import CudaDevice
+    from rose.step.graphs import Dispatcher, GraphSettings
+    from rose.step.runner import Runner
 
     selected = []
     monkeypatch.setattr(torch.cuda, "set_device", selected.append)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     for device in (torch.device("cuda"), torch.device("cuda", 1)):
-        runner = SimpleNamespace(cuda=True, device=device, _host_thread=threading.local(), _run=lambda b: "ran")
-        assert on_a_new_thread(lambda r=runner: Runner.run_on_host_thread(r, "batch")) == "ran"
-    assert selected == [torch.device("cuda", 1)]
+        runner = Runner(CudaDevice(None, None, device), [], Dispatcher(GraphSettings(), False), 384, True)
+        runner._run = lambda batch: "ran"
+        assert on_a_new_thread(lambda r=runner: r.run_on_host_thread("batch")) == "ran"
+    assert selected == [torch.device("cuda", 1)] * 2

@@ -116,3 +116,18 @@ def qwen3_rerank_ids(model_dir, query: str, docs: list[str]) -> list[list[int]]:
     texts = [f"{QWEN3_RERANK_PREFIX}<Instruct>: Given a web search query, retrieve relevant passages that answer "
              f"the query\n<Query>: {query}\n<Document>: {d}{QWEN3_RERANK_SUFFIX}" for d in docs]
     return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def hf_tokenizer(model_dir, max_length: int | None = None):
+    """Hugging Face ``tokenizers`` on ``model_dir``'s tokenizer.json, without
+    padding; truncating (pairs longest-first) at ``max_length`` when given,
+    else not at all: the ids a reference compares with."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+    tok.no_padding()
+    if max_length:
+        tok.enable_truncation(max_length, strategy="longest_first")
+    else:
+        tok.no_truncation()
+    return tok

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support.http import embed
 from tests.support.servers import Ivy, Tulip
 

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support.http import embed
 from tests.support.servers import Ivy, Tulip
 from tests.support.vectors import cosines

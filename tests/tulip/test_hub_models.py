@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from bench.harness.tiny_models import st_pipeline, tiny_bert
 from rose import Engine
 from tests.support.fake_hub import FakeHub, files_of, hub_cache
-from tests.support.models import st_pipeline, tiny_bert
 from tests.support.servers import REPO, Tulip
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"

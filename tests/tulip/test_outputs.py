@@ -12,7 +12,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from tests.support import models
+from bench.harness import tiny_models as models
 from tests.support.reference import cross_encoder_logits
 from tests.support.servers import Ivy, Tulip
 

@@ -91,9 +91,17 @@ def test_sigterm_drains_in_flight_requests(minilm_dir, log_dir):
 
 
 def test_wait_event_without_an_event_returns_at_once():
+    """Handle 0 is "no event": it returns even with no time at all to wait,
+    where an event still pending times out at once (a simulated one, an
+    hour away, so this holds on any machine, however loaded)."""
     from tulip._native import wait_event
 
-    wait_event(0)
+    from rose.sim.events import SimEvent
+
+    assert wait_event(0, timeout_s=0.0) is None
+    pending = SimEvent(time.monotonic_ns() + 3600 * 10**9)
+    with pytest.raises(TimeoutError):
+        wait_event(pending.cuda_event, timeout_s=0.0)
 
 
 @pytest.mark.gpu
@@ -102,7 +110,7 @@ def test_rust_waits_on_a_torch_event_from_another_thread_without_the_gil():
     from tulip._native import wait_event
 
     from rose.lazy import LazyTensor
-    from rose.pinned import PinnedPool
+    from rose.step.staging import PinnedPool
 
     a = torch.randn(4096, 4096, device="cuda")
     for _ in range(40):  # long enough that the wait really waits

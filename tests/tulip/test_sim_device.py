@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rose.sim import overlapping, read_log
-from rose.sim.events import encode
+from rose.sim.events import SimEvent
 from tests.support.servers import Tulip
 
 # Steps of a few milliseconds (plus 0.1 ms per token): long against the
@@ -194,12 +194,20 @@ def test_a_sticky_device_error_ends_the_replica(tmp_path, log_dir, fault):
 
 
 def test_wait_event_waits_on_a_simulated_event():
+    """The wait Tulip's completion thread performs: until the end has passed
+    and the rows are written, with the CUDA error a failed step reports, and
+    a timeout for an event that never completes."""
     from tulip._native import wait_event
 
     end = time.monotonic_ns() + 20_000_000
-    wait_event(encode(end))
+    event = SimEvent(end)
+    event.written()
+    wait_event(event.cuda_event)
     assert time.monotonic_ns() >= end
+    failed = SimEvent(time.monotonic_ns(), 700)
+    failed.written()
     with pytest.raises(RuntimeError, match="CUDA_ERROR_ILLEGAL_ADDRESS"):
-        wait_event(encode(time.monotonic_ns(), 700))
+        wait_event(failed.cuda_event)
+    unwritten = SimEvent(time.monotonic_ns())
     with pytest.raises(TimeoutError):
-        wait_event(encode(time.monotonic_ns() + 10 * 10**9), timeout_s=0.01)
+        wait_event(unwritten.cuda_event, timeout_s=0.01)

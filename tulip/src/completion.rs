@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use proto::tulip::v1::Timing;
 
-use crate::cuda;
+use crate::event;
 use crate::error::TulipError;
 use crate::metrics::Metrics;
 use crate::output::{rows_for, Accumulator};
@@ -25,7 +25,7 @@ pub fn run(pool: Arc<Pool>, steps: Receiver<InFlight>, metrics: Arc<Metrics>) {
 /// Delivers a step's rows (waiting for them first) and frees its slot; the
 /// output goes back to the scheduler thread for release under the GIL.
 pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
-    let waited = cuda::wait(step.output.event);
+    let waited = event::wait(step.output.event);
     let delivered = match &waited {
         Ok(()) => deliver(&step),
         Err(e) => Err(TulipError::Engine(e.to_string())),

@@ -4,10 +4,10 @@
 //! errors here, once.
 
 use proto::tulip::v1::OutputKind;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyByteArray;
+use pyo3::types::{PyByteArray, PyString};
 
 use crate::error::TulipError;
 use crate::metrics::Mode;
@@ -246,14 +246,36 @@ pub struct EngineHandle {
     engine: Py<PyAny>,
     /// The engine's exception for a batch it refuses (the caller's fault).
     invalid_batch: Py<PyAny>,
+    /// Every label a step may report (`engine.info.step_modes`).
+    modes: Vec<Mode>,
 }
 
 impl EngineHandle {
-    pub fn new(engine: Py<PyAny>, invalid_batch: Py<PyAny>) -> Self {
-        Self {
+    /// The engine, with the step modes its info declares; an engine that
+    /// declares none, or names a mode that cannot be a metric label, is
+    /// refused before serving.
+    pub fn new(py: Python<'_>, engine: Py<PyAny>, invalid_batch: Py<PyAny>) -> PyResult<Self> {
+        let names: Vec<String> = engine
+            .bind(py)
+            .getattr("info")?
+            .getattr("step_modes")
+            .map_err(|_| {
+                PyValueError::new_err(
+                    "the engine's info has no step_modes (every label a step may report)",
+                )
+            })?
+            .extract()?;
+        let modes = Mode::declare(&names).map_err(PyValueError::new_err)?;
+        Ok(Self {
             engine,
             invalid_batch,
-        }
+            modes,
+        })
+    }
+
+    /// The step modes the engine declared, in its order.
+    pub fn modes(&self) -> &[Mode] {
+        &self.modes
     }
 
     pub fn info(&self, py: Python<'_>) -> PyResult<ModelInfo> {
@@ -313,7 +335,7 @@ impl EngineHandle {
                 usize,
                 usize,
                 usize,
-                String,
+                Bound<'_, PyString>,
                 usize,
                 f64,
             ) = self
@@ -329,8 +351,18 @@ impl EngineHandle {
                     ),
                 )?
                 .extract()?;
+            let name = mode.to_str()?;
+            let Some(mode) = Mode::find(&self.modes, name) else {
+                // An engine bug, a server fault like any engine exception:
+                // the step's rows are lost, its buffers go back to the pool.
+                obj.bind(py).call_method0(intern!(py, "release"))?;
+                return Err(PyRuntimeError::new_err(format!(
+                    "the engine ran a step as {name:?}, a mode it did not declare ({})",
+                    self.modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+                )));
+            };
             Ok(LazyOutput {
-                mode: Mode::from_name(&mode),
+                mode,
                 padded_tokens,
                 capture_seconds,
                 ptr,

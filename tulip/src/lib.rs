@@ -8,6 +8,7 @@ mod config;
 pub mod cuda;
 mod engine;
 mod error;
+mod event;
 mod frames;
 mod metrics;
 mod metrics_http;
@@ -129,17 +130,18 @@ fn serve(
 }
 
 /// Blocks until a CUDA event (a raw `cudaEvent_t`, e.g. `torch.cuda.Event().cuda_event`,
-/// or a simulated device's tagged handle, `rose/sim/events.py`) has completed, with the GIL released: the same wait Tulip's completion
+/// or a simulated device's tagged handle, `rose/sim/events.py`) has
+/// completed, with the GIL released: the same wait Tulip's completion
 /// thread performs. 0 means "no event" and returns at once. Raises
 /// `TimeoutError` after `timeout_s` (default `$TULIP_EVENT_TIMEOUT_S`, else
 /// 120 s) and `RuntimeError` naming the CUDA error otherwise.
 #[pyfunction]
 #[pyo3(signature = (handle, timeout_s=None))]
 fn wait_event(py: Python<'_>, handle: usize, timeout_s: Option<f64>) -> PyResult<()> {
-    let timeout = timeout_s.map_or_else(cuda::default_timeout, Duration::from_secs_f64);
-    py.detach(|| cuda::wait_for(handle, timeout))
+    let timeout = timeout_s.map_or_else(event::default_timeout, Duration::from_secs_f64);
+    py.detach(|| event::wait_for(handle, timeout))
         .map_err(|e| match e {
-            cuda::WaitError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
+            event::WaitError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
             _ => pyo3::exceptions::PyRuntimeError::new_err(e.to_string()),
         })
 }

@@ -1,5 +1,5 @@
-//! Tulip's Prometheus metrics. Labels come from fixed enums, never from
-//! request data.
+//! Tulip's Prometheus metrics. Labels come from fixed enums or the step
+//! modes the engine declared at start-up, never from request data.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,13 +42,7 @@ impl EncodeLabelValue for Code {
 impl EncodeLabelValue for Mode {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
-        encoder.write_str(match self {
-            Self::Eager => "eager",
-            Self::Warmup => "warmup",
-            Self::Capture => "capture",
-            Self::Replay => "replay",
-            Self::Bf16 => "bf16",
-        })
+        encoder.write_str(self.0)
     }
 }
 
@@ -68,26 +62,61 @@ pub struct CodeLabel {
     pub code: Code,
 }
 
-/// How a step ran: eagerly, through a configuration's static buffers (or
-/// the CPU fast path, counted as a replay), or on the CPU's bfloat16 twin.
+/// How a step ran: one of the labels the engine declared at start-up
+/// (`ModelInfo::step_modes`: eager, a CUDA graph's warmup/capture/replay,
+/// a CPU runtime's own), so the label set is bounded by the engine, never
+/// by request data. Made once per declared label by [`Mode::declare`].
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Mode {
-    Eager,
-    Warmup,
-    Capture,
-    Replay,
-    Bf16,
-}
+pub struct Mode(&'static str);
+
+/// The label a CUDA graph capture reports (counted as a capture too).
+const CAPTURE: &str = "capture";
+/// Most labels an engine may declare, and the longest one.
+const MAX_MODES: usize = 16;
+const MAX_MODE_LEN: usize = 32;
 
 impl Mode {
-    pub fn from_name(name: &str) -> Self {
-        match name {
-            "warmup" => Self::Warmup,
-            "capture" => Self::Capture,
-            "replay" => Self::Replay,
-            "bf16" => Self::Bf16,
-            _ => Self::Eager,
+    /// The engine's declared labels as modes, or why they cannot be
+    /// metric labels. Each name is kept for the process's life (a handful
+    /// of short strings, once).
+    pub fn declare(names: &[String]) -> Result<Vec<Mode>, String> {
+        if names.is_empty() || names.len() > MAX_MODES {
+            return Err(format!(
+                "the engine declares {} step modes (ModelInfo.step_modes); 1 to {MAX_MODES} are served",
+                names.len()
+            ));
         }
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let ok = !name.is_empty()
+                && name.len() <= MAX_MODE_LEN
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !ok {
+                return Err(format!(
+                    "step mode {name:?} is not a metric label (1 to {MAX_MODE_LEN} of a-z, 0-9, _)"
+                ));
+            }
+            if out.iter().any(|m: &Mode| m.0 == name) {
+                return Err(format!("step mode {name:?} is declared twice"));
+            }
+            out.push(Mode(Box::leak(name.clone().into_boxed_str())));
+        }
+        Ok(out)
+    }
+
+    /// The declared mode named `name`, if there is one.
+    pub fn find(declared: &[Mode], name: &str) -> Option<Mode> {
+        declared.iter().copied().find(|m| m.0 == name)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.0
+    }
+
+    pub fn is_capture(self) -> bool {
+        self.0 == CAPTURE
     }
 }
 
@@ -214,7 +243,7 @@ impl Metrics {
             ("tulip_batch_sequences", "Sequences per engine step", Box::new(m.batch_sequences.clone())),
             ("tulip_tokens", "Real tokens processed", Box::new(m.tokens.clone())),
             ("tulip_padded_tokens", "Filler tokens computed to reach a graph bucket", Box::new(m.padded_tokens.clone())),
-            ("tulip_steps", "Engine steps by how they ran (eager, warmup, capture, replay)", Box::new(m.steps.clone())),
+            ("tulip_steps", "Engine steps by how they ran (the engine's step modes: eager, warmup, capture, replay, onnx, bf16)", Box::new(m.steps.clone())),
             ("tulip_inline_steps", "Engine steps run by the request's own task because the engine was idle", Box::new(m.inline_steps.clone())),
             ("tulip_graphs_captured", "CUDA graphs captured", Box::new(m.graphs_captured.clone())),
             ("tulip_graph_capture_duration_seconds", "Time to capture one CUDA graph", Box::new(m.capture_seconds.clone())),
@@ -237,6 +266,14 @@ impl Metrics {
             r.register(name, help, Registered(metric));
         }
         Arc::new(Self { registry: r, ..m })
+    }
+
+    /// Every step mode the engine declared gets its series now (at 0), so
+    /// a dashboard sees the modes a replica can report before it reports them.
+    pub fn declare_modes(&self, modes: &[Mode]) {
+        for &mode in modes {
+            let _ = self.steps.get_or_create(&ModeLabel { mode });
+        }
     }
 
     pub fn observe_request(&self, code: Code, total: Duration) {
@@ -282,14 +319,10 @@ mod tests {
     fn renders_registered_metrics() {
         let m = Metrics::new();
         m.observe_request(Code::InvalidArgument, Duration::from_millis(2));
-        m.steps
-            .get_or_create(&ModeLabel { mode: Mode::Replay })
-            .inc();
-        m.steps
-            .get_or_create(&ModeLabel {
-                mode: Mode::from_name("bf16"),
-            })
-            .inc();
+        let modes = Mode::declare(&["replay".into(), "bf16".into()]).unwrap();
+        for mode in modes {
+            m.steps.get_or_create(&ModeLabel { mode }).inc();
+        }
         let text = m.render();
         assert!(
             text.contains("tulip_requests_total{code=\"invalid_argument\"} 1"),
@@ -307,5 +340,22 @@ mod tests {
             text.contains("tulip_request_duration_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn step_modes_are_declared_once_and_bounded() {
+        let modes = Mode::declare(&["eager".into(), "onnx".into()]).unwrap();
+        assert_eq!(Mode::find(&modes, "onnx").map(Mode::as_str), Some("onnx"));
+        assert_eq!(Mode::find(&modes, "replay"), None);
+        assert!(!modes[0].is_capture());
+        for bad in [
+            vec![],
+            vec!["Eager".to_string()],
+            vec!["a b".to_string()],
+            vec!["eager".to_string(), "eager".to_string()],
+            vec!["x".repeat(33)],
+        ] {
+            assert!(Mode::declare(&bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -16,7 +16,7 @@ use pyo3::Python;
 use crate::completion;
 use crate::engine::{keep_thread_state, EngineHandle, HostBatch, Kind, LazyOutput};
 use crate::error::TulipError;
-use crate::metrics::{ClassLabel, Metrics, Mode, ModeLabel};
+use crate::metrics::{ClassLabel, Metrics, ModeLabel};
 use crate::priority::Class;
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
@@ -173,7 +173,7 @@ fn record_step(metrics: &Metrics, seqs: &[SeqRef], output: &LazyOutput) {
         .steps
         .get_or_create(&ModeLabel { mode: output.mode })
         .inc();
-    if output.mode == Mode::Capture {
+    if output.mode.is_capture() {
         metrics.graphs_captured.inc();
         metrics.capture_seconds.observe(output.capture_seconds);
     }

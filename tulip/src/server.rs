@@ -42,13 +42,14 @@ pub fn serve(
     config: ServeConfig,
 ) -> PyResult<()> {
     config.check().map_err(PyValueError::new_err)?;
-    let engine = Arc::new(EngineHandle::new(engine, invalid_batch));
+    let engine = Arc::new(EngineHandle::new(py, engine, invalid_batch)?);
     let model = Arc::new(engine.info(py)?);
     warn_if_budget_too_small(&model, &config);
     let runtime = runtime(config.io_threads)?;
     let listeners = Listeners::bind(&runtime, &config)?;
 
     let metrics = Metrics::new();
+    metrics.declare_modes(engine.modes());
     let pool = new_pool(&model, &config);
     let threads = start_engine_threads(&pool, &engine, &metrics)?;
     let state = Arc::new(ServiceState::default());

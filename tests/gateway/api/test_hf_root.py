@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.support import models
+from bench.harness import tiny_models as models
 from tests.support.servers import Ivy, Tulip
 from tests.support.vectors import cosines
 

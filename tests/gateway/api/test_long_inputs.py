@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.fixtures import corpus_lines
-from tests.support.models import hf_tokenizer
+from bench.harness.fixtures import corpus_lines
+from tests.support.reference import hf_tokenizer
 from tests.support.servers import Ivy
 
 LONG = " ".join(corpus_lines("botchan.txt")[300:380])  # ~1,400 MiniLM tokens

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.support import models
+from bench.harness import tiny_models as models
 from tests.support.servers import IVY_BIN, Ivy, Tulip, default_model_dir, free_port, wait_for
 
 pytestmark = pytest.mark.slow

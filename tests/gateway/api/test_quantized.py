@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from sentence_transformers import quantize_embeddings
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tulip.client import load_stubs
 
 # Real text outside the calibration corpus (ivy/data/calibration.txt is

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.support.http import get_json
-from tests.support.models import hf_tokenizer
+from tests.support.reference import hf_tokenizer
 from tests.support.servers import Ivy
 from tulip.client import load_stubs
 

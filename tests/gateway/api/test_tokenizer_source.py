@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 from tokenizers import Tokenizer
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support.http import embed
 from tests.support.servers import Ivy, Tulip, wait_for
 from tests.support.vectors import cosines

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support.servers import Ivy, wait_for
 
 pytestmark = pytest.mark.slow

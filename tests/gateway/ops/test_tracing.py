@@ -14,7 +14,7 @@ import pytest
 from tests.support.servers import Ivy, Tulip, wait_for
 
 pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
-from tests.support.otlp import Collector  # noqa: E402 (needs opentelemetry-proto)
+from bench.harness.otlp import Collector  # noqa: E402 (needs opentelemetry-proto)
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"

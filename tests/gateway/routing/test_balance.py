@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support.http import embeddings_reply, vectors
 from tests.support.servers import Ivy, Tulip, start_tulips, wait_for
 

@@ -13,7 +13,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tests.support.fixtures import corpus_lines
+from bench.harness.fixtures import corpus_lines
 from tests.support import fault_engine
 from tests.support.servers import Ivy
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.support import models
+from bench.harness import tiny_models as models
 from tests.support import reference as ref
 from tests.support.servers import Ivy, Tulip, wait_for
 

@@ -32,7 +32,7 @@ struct Fixture {
 fn fixtures() -> &'static [Fixture] {
     static ALL: OnceLock<Vec<Fixture>> = OnceLock::new();
     ALL.get_or_init(|| {
-        // Large fixtures are tracked as .gz: `python -m tests.support.fixtures`
+        // Large fixtures are tracked as .gz: `python -m bench.harness.fixtures`
         // (from the repository root) unpacks them first.
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/data/tokenizers");
         NAMES
@@ -40,7 +40,7 @@ fn fixtures() -> &'static [Fixture] {
             .map(|name| {
                 let path = dir.join(name).join("tokenizer.json");
                 let ours = Tokenizer::from_file(&path)
-                    .expect("load (run `python -m tests.support.fixtures` to unpack the .gz fixtures)");
+                    .expect("load (run `python -m bench.harness.fixtures` to unpack the .gz fixtures)");
                 assert!(matches!(ours.backend(), ivy_tokenizer::Backend::InHouse(_)));
                 let mut oracle = tokenizers::Tokenizer::from_file(&path).expect("oracle");
                 oracle.with_padding(None);

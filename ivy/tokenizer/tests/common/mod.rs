@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 pub mod gen;
-// Also compiled into bench/tokenizer (one copy of the unpacker).
+// Also compiled into bench/crates/tokenizer (one copy of the unpacker).
 mod unpack;
 pub use unpack::unpacked;
 

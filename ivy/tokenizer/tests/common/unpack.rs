@@ -1,5 +1,5 @@
 //! Large fixtures are tracked gzip-compressed; this unpacks them on first
-//! use. Shared by the ivy-tokenizer tests and bench/tokenizer (which
+//! use. Shared by the ivy-tokenizer tests and bench/crates/tokenizer (which
 //! includes this file by path).
 
 use std::path::PathBuf;

@@ -1,0 +1,1 @@
+"""Standalone benchmark scripts, each run as ``python -m bench.scripts.<name>``."""

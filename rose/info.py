@@ -1,0 +1,87 @@
+"""What a host needs to know about the served model: ``ModelInfo``."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import ModelSpec
+from .interface import OutputKind
+from .models import EmbeddingModel
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a host needs to know to validate requests and describe the model."""
+
+    model_id: str
+    architecture: str
+    dimension: int
+    max_input_length: int
+    vocab_size: int
+    pooling: str
+    normalize_default: bool
+    kinds: tuple[str, ...]
+    multi_vector_dimension: int
+    dtype: str
+    device: str
+    # sentence-transformers' prompts (name → text prepended to the input)
+    # and the one to apply when a request names none: the host's default
+    # templates.
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    # A classifier's label names, one per ``classify`` output value.
+    labels: tuple[str, ...] = ()
+    # Width of ``token_states`` rows (the hidden size); 0 when the model does
+    # not produce them (only embedding models do, SPLADE excepted).
+    token_states_dimension: int = 0
+    # The model's tokenizer.json and the sha256 of its bytes ("" when the
+    # directory has none): what a gateway must tokenize with, and how it
+    # can tell that two replicas agree.
+    tokenizer_file: str = ""
+    tokenizer_sha256: str = ""
+    # Causal-LM rerankers: the text a (query, document) pair becomes, with
+    # {query} and {document} to fill, tokenized without special tokens
+    # ("" = an ordinary pair encoding).
+    pair_template: str = ""
+    # Every label a step's ``LazyTensor.info.mode`` may carry (one per way
+    # this engine's runtimes run a step): a host counts steps by them and
+    # refuses a label outside this list.
+    step_modes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, spec: ModelSpec, model: EmbeddingModel, device: str, dtype: torch.dtype,
+           step_modes: tuple[str, ...]) -> ModelInfo:
+        return cls(
+            model_id=spec.model_id,
+            architecture=spec.model_type,
+            dimension=model.dimension,
+            max_input_length=spec.max_length,
+            vocab_size=spec.vocab_size,
+            pooling=spec.pooling,
+            normalize_default=spec.normalize,
+            kinds=tuple(k.value for k in model.kinds),
+            multi_vector_dimension=model.multi_vector_dimension,
+            dtype=str(dtype).removeprefix("torch."),
+            device=device,
+            prompts=dict(spec.pipeline.prompts) if spec.pipeline else {},
+            default_prompt_name=spec.pipeline.default_prompt_name if spec.pipeline else None,
+            labels=spec.labels if OutputKind.CLASSIFY in model.kinds else (),
+            pair_template=getattr(model, "pair_template", ""),
+            token_states_dimension=spec.hidden_size if OutputKind.DENSE in model.kinds else 0,
+            step_modes=step_modes,
+            **_tokenizer_identity(spec.path),
+        )
+
+
+def _tokenizer_identity(path: Path) -> dict[str, str]:
+    tok = Path(path) / "tokenizer.json"
+    if not tok.is_file():
+        return {}
+    return {"tokenizer_file": str(tok), "tokenizer_sha256": hashlib.sha256(tok.read_bytes()).hexdigest()}
