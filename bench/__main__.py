@@ -51,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
                       help="reliability: the full mode (about an hour; the committed figures)")
     p.add_argument("--only", default=None,
                    help="reliability: comma-separated sections (soak, overload, chaos, fuzz_http, fuzz_grpc, "
-                        "tokenizer_fuzz)")
+                        "tokenizer_fuzz); sim: isolation[:roofline|published] (queries under indexing only)")
     return p
 
 

@@ -21,6 +21,13 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 SERVED_KINDS = ("dense", "sparse", "multi_vector", "score", "classify", "sparse_vocab")
 # --max-batch-tokens when 0: on the CPU large batches only thrash the caches.
 GPU_MAX_BATCH_TOKENS, CPU_MAX_BATCH_TOKENS = 16384, 4096
+# The priority flags' defaults (-1), per device: measured by `python -m bench
+# sim --only isolation` (the GPU's, on both cost models) and `python -m bench
+# isolation` (the CPU's); the figures are in docs/serving.md.
+GPU_PRIORITY = {"batch_step_tokens": 0, "batch_step_ms": 4.0, "interactive_fill_ms": 0.0, "batch_inflight": 1,
+                "launch_ahead": True}
+CPU_PRIORITY = {"batch_step_tokens": 1024, "batch_step_ms": 0.0, "interactive_fill_ms": 60.0, "batch_inflight": 0,
+                "launch_ahead": False}
 
 
 def default_model_dir() -> str | None:
@@ -116,14 +123,31 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--batch-step-tokens", type=int, default=-1,
            help="while interactive requests are arriving (one within the last second), steps "
                 "carrying batch work take at most this many tokens, so a query waits for a shorter "
-                "step (0 = the full --max-batch-tokens; -1 = the default: on the CPU a step's time "
-                "grows with every token; `python -m bench isolation` measured 512 and 1024 on 2 cores)",
-           shown="1024 on the CPU, 0 on a GPU")
-    p.flag("--fill-interactive-steps", type=parse_auto_bool, default=None,
-           help="true: a step carrying interactive requests is filled up with batch work; false: it "
-                "carries the interactive requests only, so a query waits for at most one batch step "
-                "and then its own short one (auto: filling a step is almost free on a GPU, while on "
-                "the CPU every token lengthens the step)", shown="auto: true on a GPU, false on the CPU")
+                "step (0 = no token bound; -1 = the default)",
+           shown=f"{CPU_PRIORITY['batch_step_tokens']} on the CPU, {GPU_PRIORITY['batch_step_tokens']} on a GPU")
+    p.flag("--batch-step-ms", type=float, default=-1.0,
+           help="while interactive requests are arriving, steps carrying batch work take at most this much "
+                "modelled device time: tokens over the capacity Tulip measures (tokens per second of busy "
+                "engine time), so a query finds at most this much batch work ahead of it on the device "
+                "(0 = no time bound; -1 = the default; `python -m bench sim --only isolation` measures it)",
+           shown=f"{CPU_PRIORITY['batch_step_ms']:g} on the CPU, {GPU_PRIORITY['batch_step_ms']:g} on a GPU")
+    p.flag("--interactive-fill-ms", type=float, default=-1.0,
+           help="batch work a step carrying interactive requests may take, in modelled device time (0 = "
+                "none: the query's step carries queries only; inf = up to the batch step bounds); more "
+                "keeps indexing throughput where each step costs a fixed time, and lengthens the query's "
+                "own step by as much (-1 = the default)",
+           shown=f"{CPU_PRIORITY['interactive_fill_ms']:g} on the CPU, {GPU_PRIORITY['interactive_fill_ms']:g} "
+                 "on a GPU")
+    p.flag("--batch-inflight", type=int, default=-1,
+           help="while interactive requests are arriving, at most this many steps carrying batch work are in "
+                "flight; the other --max-inflight slots are kept for interactive work, so a query is launched "
+                "at once, behind one batch step rather than two (0 = no limit; -1 = the default)",
+           shown=f"{GPU_PRIORITY['batch_inflight']} on a GPU (the CPU runs one step at a time)")
+    p.flag("--batch-launch-ahead", type=parse_auto_bool, default=None,
+           help="past --batch-inflight, launch the next batch step when the device is about to run out of work "
+                "(its measured pace: the work on it minus twice a launch's host time), so it does not idle "
+                "while the host launches; only a query arriving in that window finds two batch steps ahead",
+           shown=f"auto: {str(GPU_PRIORITY['launch_ahead']).lower()} on a GPU")
     p.flag("--drain-timeout", type=float, default=30.0,
            help="seconds to finish in-flight requests after SIGTERM/Ctrl-C")
     p.flag("--graphs", type=parse_bool, default=True,
@@ -176,8 +200,10 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--otlp-service-name", default="tulip", help="service.name of the exported spans")
     # --device sim (docs/simulated-device.md).
     p.flag("--sim-cost", default="",
-           help="--device sim: a step's modelled device time t = t0 + a*tokens + b*sum(len^2), as 't0,a,b' in "
-                "seconds or a JSON file {t0, a, b} (bench/gpu/calibrate.py writes one); empty = BGE-M3 on an H200")
+           help="--device sim: a step's modelled device time t = t0 + a*tokens + b*sum(len^2): a named model of "
+                "BGE-M3 on an H200 (roofline: its compute and memory roofs; published: fitted to the published "
+                "Tulip figures, host included), 't0,a,b' in seconds, or a JSON file {t0, a, b} "
+                "(bench/gpu/calibrate.py writes one)", shown="roofline")
     p.flag("--sim-launch-us", type=float, default=0.0,
            help="--device sim: host microseconds each launch spends busy on its thread before the step reaches "
                 "the modelled device (~20 for a CUDA graph replay); never counted as device time")
@@ -322,6 +348,15 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _terminate)
 
 
+def priority_settings(args, gpu: bool) -> dict:
+    """The priority flags with each -1 replaced by the device's default."""
+    defaults = GPU_PRIORITY if gpu else CPU_PRIORITY
+    given = {name: getattr(args, "batch_launch_ahead" if name == "launch_ahead" else name) for name in defaults}
+    out = {name: (defaults[name] if value is None or (value is not True and value is not False and value < 0)
+                  else value) for name, value in given.items()}
+    return {"priority": args.priority, "batch_max_wait_ms": args.batch_max_wait_ms, **out}
+
+
 def _serve(engine, args, log) -> int:
     """Hands the engine to the Rust server until it stops; the exit status."""
     from . import serve
@@ -351,12 +386,7 @@ def _serve(engine, args, log) -> int:
             json_output=args.json_output,
             otlp_endpoint=args.otlp_endpoint or None,
             otlp_service_name=args.otlp_service_name,
-            priority=args.priority,
-            batch_max_wait_ms=args.batch_max_wait_ms,
-            batch_step_tokens=(args.batch_step_tokens if args.batch_step_tokens >= 0
-                               else 0 if gpu else 1024),
-            fill_interactive_steps=(gpu if args.fill_interactive_steps is None
-                                    else args.fill_interactive_steps),
+            **priority_settings(args, gpu),
         )
     except (OSError, ValueError, RuntimeError) as e:
         log.error("%s", e)

@@ -26,7 +26,7 @@ def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> C
     errors = [_error(r, r.bad) for r in rows if r.bad is not None]
     outputs, kept, tokens = [], [], 0
     if good:
-        body = request_options(opts.truncate, opts.prompt_name, opts.dimensions)
+        body = request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority)
         got, rejected, tokens = ivy.embed_rows(kind, [r.text for r in good], body)
         for i, (r, out) in enumerate(zip(good, got)):
             if i in rejected:

@@ -44,8 +44,8 @@ retried with exponential backoff and jitter while the gateway has been
 failing for less than --retry-for seconds: one clock for the whole run,
 started by the first failure and stopped by the next success.
 
-Each request carries "priority": "batch", so a gateway that separates
-traffic classes serves interactive queries first.
+Each request carries "priority": "batch" (--priority), so a gateway that
+separates traffic classes serves interactive queries first.
 
 With --ray [ADDRESS] the batches are sent from tasks on a Ray cluster
 (docs/bulk-on-a-cluster.md); everything else above holds unchanged.
@@ -89,6 +89,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--dimensions", type=int, metavar="N", help="Matryoshka: keep the first N dimensions, renormalised")
     g.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=True,
                    help="cut inputs over the model's length limit (default); with --no-truncate they are bad rows")
+    g.add_argument("--priority", choices=["batch", "interactive"], default="batch",
+                   help="the requests' priority class: batch (default) yields to interactive queries on the "
+                        "same replicas; interactive competes with them")
     g = e.add_argument_group("running")
     g.add_argument("--batch-size", type=int, metavar="N",
                    help=f"documents per request and per resumable batch (default {DEFAULT_BATCH}, or the "
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                    prompt_name=args.prompt_name, dimensions=args.dimensions, truncate=args.truncate,
                    strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
                    timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every,
-                   ray=args.ray)
+                   ray=args.ray, priority=args.priority)
     try:
         return Run(opts).run()
     except KeyboardInterrupt:  # before the batches start, or while assembling

@@ -219,10 +219,16 @@ class Ivy:
         return outputs, errors, tokens
 
 
+# Ivy's priority classes (docs/api.md, "Priority classes").
+PRIORITIES = ("batch", "interactive")
+
+
 def request_options(truncate: bool = True, prompt_name: str | None = None, dimensions: int | None = None,
                     priority: str = "batch") -> dict:
     """The body fields of a bulk request: bulk work goes in Ivy's ``batch``
     priority class, so interactive queries are served first."""
+    if priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
     body = {"truncate": truncate, "priority": priority}
     if prompt_name:
         body["prompt_name"] = prompt_name

@@ -153,7 +153,7 @@ class IvyEmbedder(_Embedder):
     """``ds.map_batches(IvyEmbedder, fn_constructor_kwargs={"url": ...},
     compute=ray.data.ActorPoolStrategy(size=N), num_cpus=0.5,
     batch_size=B)`` (``concurrency=N`` before Ray 2.51): each actor sends
-    its batches to Ivy's HTTP API at the ``batch`` priority class, ``requests_in_flight``
+    its batches to Ivy's HTTP API at the ``batch`` priority class (``priority``), ``requests_in_flight``
     requests of up to ``request_size`` texts at a time (default: Ivy's
     ``max_client_batch_size``, at most 64), retrying 429/502/503/504,
     timeouts and refused connections with backoff (and Retry-After) for up

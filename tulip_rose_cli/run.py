@@ -57,6 +57,8 @@ class Options:
     progress_every: float = 10.0
     # --ray: None runs here; "" on a local Ray cluster; else the cluster's address.
     ray: str | None = None
+    # The requests' class; not in the resume manifest: it changes no vector.
+    priority: str = "batch"
 
 
 def _batches(rows, size: int):

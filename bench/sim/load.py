@@ -5,7 +5,6 @@ defaults (queries while indexing)."""
 from __future__ import annotations
 
 import statistics
-import types
 
 from bench.gpu.loadgen import Loadgen, http_input
 from bench.harness.clients import grpc_clients
@@ -149,22 +148,33 @@ def attribution(cpu: dict) -> dict:
     return {**{k: round(v, 3) for k, v in out.items()}, "machine_busy_fraction": cpu["machine_busy_fraction"]}
 
 
-def isolation(fleet, on, idle_seconds: float, index_requests: int, rounds: int, query_rate: float = 20.0) -> dict:
-    """``bench/isolation.py``'s scenario on the simulated device with the GPU
-    defaults (steps filled with batch work, never shrunk): priority classes
-    (``on`` = (tulip, ivy) with defaults) vs one first-come-first-served
-    queue."""
+def isolation(model_dir, work, cost: str, rounds: int, seconds: float, query_rate: float, index_clients: int = 3,
+              bulk_docs: int = 16000, scenarios=None) -> tuple[dict, str, list]:
+    """``bench/suites/isolation.py``'s scenarios on the simulated device with one
+    cost model (``roofline`` or ``published``): a Tulip per scenario behind
+    its own Ivy, each with its own device log. Returns the data, the
+    markdown and the correctness gates."""
     from bench.suites import isolation as iso
+    from bench.sim.replicas import Fleet
+    from rose.sim.cost import MODELS
 
-    fcfs_tulip, _ = fleet.tulip("fcfs", priority="false")
-    fcfs_ivy = fleet.ivy([fcfs_tulip], "fcfs", batch_chunks_per_replica=0)
+    scenarios = scenarios or iso.SCENARIOS
+    fleet = Fleet(model_dir, work, cost=cost)
     try:
-        stack = types.SimpleNamespace(model_dir=fleet.model_dir, threads=0)
-        data, md = iso.measure(stack, {"priority": on, "fcfs": (fcfs_tulip, fcfs_ivy)}, rounds, index_clients=3,
-                               index_requests=index_requests, query_rate=query_rate, query_threads=64,
-                               idle_seconds=idle_seconds)
+        sides = {}
+        for sc in scenarios:
+            tulip, log = fleet.tulip(f"{cost}-{sc.name}", **sc.tulip_flags)
+            sides[sc.name] = iso.Side(tulip, fleet.ivy([tulip], f"{cost} {sc.name}", **sc.ivy_flags), log)
+        load = iso.make_load(fleet.model_dir, query_rate, 64, index_clients, bulk_docs, work)
+        model = MODELS.get(cost)
+        params = {"cost_model": model.to_dict() if model else cost, "cost_text": model.describe() if model else cost,
+                  "launch_us": fleet.launch_us}
+        data, md = iso.measure(sides, load, rounds, seconds, SIM_GOALS, params,
+                               title=f"Isolation on the simulated device, {cost} cost model", scenarios=scenarios)
     finally:
-        fleet.stop(fcfs_ivy)
-        fleet.stop(fcfs_tulip)
-    data.pop("raw", None)
-    return {"data": data, "markdown": md}
+        fleet.close()
+    return data, md, fleet.gates
+
+
+# Issue 42's targets at GPU speed (both cost models).
+SIM_GOALS = {"p99_vs_fcfs": 4.0, "throughput_vs_fcfs": 0.95, "p99_over_idle_ms": 1.0}

@@ -58,6 +58,11 @@ struct StageLabels {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ClassLabels {
+    class: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
 }
@@ -66,6 +71,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     stages: Family<StageLabels, Histogram>,
+    classes: Family<ClassLabels, Histogram>,
     tokens: Counter,
     chunks: Counter,
     retries: Counter,
@@ -100,6 +106,14 @@ impl Metrics {
             "ivy_stage_duration_seconds",
             "Time per request in each pipeline stage",
             stages.clone(),
+        );
+        let classes = Family::<ClassLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_25, 2.0, 19))
+        });
+        registry.register(
+            "ivy_class_request_duration_seconds",
+            "Time per answered request from tokenizing to its reassembled rows, by priority class",
+            classes.clone(),
         );
         let tokens = Counter::default();
         registry.register(
@@ -154,6 +168,7 @@ impl Metrics {
             held,
             requests,
             stages,
+            classes,
             tokens,
             chunks,
             retries,
@@ -189,6 +204,14 @@ impl Metrics {
             .get_or_create(&StageLabels {
                 stage: stage.label(),
             })
+            .observe(d.as_secs_f64());
+    }
+
+    /// One answered request's time in the pipeline, by its priority class
+    /// (`interactive` or `batch`): what isolation promises, seen live.
+    pub fn class(&self, class: &'static str, d: Duration) {
+        self.classes
+            .get_or_create(&ClassLabels { class })
             .observe(d.as_secs_f64());
     }
 
@@ -334,6 +357,7 @@ mod tests {
             Some("validation"),
         );
         m.stage(Stage::Total, Duration::from_millis(3));
+        m.class("batch", Duration::from_millis(40));
         let r = Replica::new("http://127.0.0.1:9", false).unwrap();
         let mut sample = r.sample();
         sample.model = "org/m".into();
@@ -351,6 +375,10 @@ mod tests {
         );
         assert!(
             text.contains(r#"ivy_stage_duration_seconds_count{stage="total"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"ivy_class_request_duration_seconds_count{class="batch"} 1"#),
             "{text}"
         );
     }

@@ -33,7 +33,17 @@ def test_sim_quick_run(tmp_path):
     for path in ("tulip", "ivy"):
         assert r["host"][path]["cpu_us_per_request"]["tulip"] > 0, path
     assert r["host"]["ivy"]["cpu_us_per_request"]["ivy"] > 0
-    assert r["isolation"]["data"]["by_side"].keys() == {"priority", "fcfs"}
+    # Isolation: a file set per cost model, every scenario measured.
+    assert r["isolation"] == {m: f"sim-isolation-{m}.md" for m in ("roofline", "published")}
+    for m in ("roofline", "published"):
+        iso = json.loads((tmp_path / f"sim-isolation-{m}.json").read_text())["results"]
+        assert iso["scenarios"].keys() == {"idle", "priority", "previous", "fcfs"}
+        assert iso["params"]["cost_model"]["name"] == m
+        for name, s in iso["scenarios"].items():
+            assert s["queries"]["count"] > 0 and s["busy"] > 0, name
+            assert name == "idle" or (s["batch_tokens_per_s"] > 0 and s["batch"]["count"] > 0), name
+        assert len(iso["targets"]) == 3
+        assert (tmp_path / f"sim-isolation-{m}.png").stat().st_size > 0
     assert r["launch_us"] > 0 and "t0" in r["cost_model"]
     md = (tmp_path / "sim.md").read_text()
     assert "modelled, not measured" in md and (tmp_path / "sim.png").stat().st_size > 0

@@ -108,8 +108,8 @@ def test_booleans_read_like_ivys(monkeypatch, capsys):
 
     args = parser().parse_args(["--json-output", "--graphs", "no", "--priority", "OFF", "--inline-steps", "1"])
     assert (args.json_output, args.graphs, args.priority, args.inline_steps) == (True, False, False, True)
-    assert parser().parse_args([]).fill_interactive_steps is None  # auto
-    assert parser().parse_args(["--fill-interactive-steps", "yes"]).fill_interactive_steps is True
+    assert parser().parse_args([]).cpu_bf16 is None  # auto
+    assert parser().parse_args(["--cpu-bf16", "yes"]).cpu_bf16 is True
     monkeypatch.setenv("TULIP_CPU_PACKED_LINEAR", "no")
     assert parser().parse_args([]).cpu_packed_linear is False
     with pytest.raises(SystemExit):
@@ -130,7 +130,7 @@ def test_help_shows_the_defaults_not_sentinels():
 
     text = " ".join(parser().format_help().split())
     for shown in ("default 1024 on the CPU, 0 on a GPU", "default 16384 on a GPU, 4096 on the CPU",
-                  "default 1 on the CPU, one per core on a GPU", "default auto: true on a GPU, false on the CPU",
+                  "default 1 on the CPU, one per core on a GPU", "default 0 on the CPU, 4 on a GPU",
                   "default auto: bfloat16 on a GPU, float32 on the CPU", "tulip-rose[default-model]"):
         assert shown in text, shown
     assert "default -1]" not in text and "default None]" not in text and "default ]" not in text

@@ -49,7 +49,8 @@ pub fn complete(pool: &Pool, step: InFlight, metrics: &Metrics) {
     metrics
         .step_seconds
         .observe(step.launched.elapsed().as_secs_f64());
-    pool.finish_step(&step.seqs, Some(step.output));
+    let ran = Some((step.on_device, waited.is_ok()));
+    pool.finish_step(&step.seqs, Some(step.output), ran);
     metrics.inflight_steps.set(pool.inflight() as i64);
 }
 

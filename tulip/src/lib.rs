@@ -13,6 +13,7 @@ mod frames;
 mod metrics;
 mod metrics_http;
 mod output;
+mod pace;
 mod priority;
 mod queue;
 mod scheduler;
@@ -46,7 +47,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     max_inflight = 2, drain_timeout = 30.0, max_message_bytes = 256 * 1024 * 1024,
     metrics_port = 7071, log = "info".to_string(), inline_steps = true, unix_socket = None, io_threads = 0,
     json_output = false, priority = true, batch_max_wait_ms = 500, batch_step_tokens = 0,
-    fill_interactive_steps = true,
+    batch_step_ms = 0.0, interactive_fill_ms = f64::INFINITY, batch_inflight = 0, launch_ahead = false,
     otlp_endpoint = None, otlp_service_name = "tulip".to_string(),
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -71,7 +72,10 @@ fn serve(
     priority: bool,
     batch_max_wait_ms: u64,
     batch_step_tokens: usize,
-    fill_interactive_steps: bool,
+    batch_step_ms: f64,
+    interactive_fill_ms: f64,
+    batch_inflight: usize,
+    launch_ahead: bool,
     otlp_endpoint: Option<String>,
     otlp_service_name: String,
 ) -> PyResult<()> {
@@ -91,6 +95,14 @@ fn serve(
             "drain_timeout must be a non-negative number of seconds",
         ));
     }
+    let millis = |name: &str, ms: f64| -> PyResult<Duration> {
+        if ms.is_nan() || ms < 0.0 {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be a number of milliseconds >= 0, got {ms}"
+            )));
+        }
+        Ok(Duration::try_from_secs_f64(ms / 1e3).unwrap_or(Duration::MAX))
+    };
     let config = ServeConfig {
         host,
         port,
@@ -108,7 +120,10 @@ fn serve(
             enabled: priority,
             batch_max_wait: Duration::from_millis(batch_max_wait_ms),
             batch_step_tokens,
-            fill_interactive_steps,
+            batch_step_time: millis("batch_step_ms", batch_step_ms)?,
+            interactive_fill: millis("interactive_fill_ms", interactive_fill_ms)?,
+            batch_inflight,
+            launch_ahead,
         },
     };
     server::serve(py, engine, invalid_batch_error, config)

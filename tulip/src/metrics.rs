@@ -158,6 +158,8 @@ pub struct Metrics {
     pub frames_connections: Gauge,
     pub draining: Gauge,
     pub class_queue_seconds: Family<ClassLabel, Histogram>,
+    pub class_inference_seconds: Family<ClassLabel, Histogram>,
+    pub class_request_seconds: Family<ClassLabel, Histogram>,
     pub class_steps: Family<ClassLabel, Counter>,
     pub class_tokens: Family<ClassLabel, Counter>,
     pub class_waiting_tokens: Family<ClassLabel, Gauge>,
@@ -218,6 +220,8 @@ impl Metrics {
             frames_connections: Gauge::default(),
             draining: Gauge::default(),
             class_queue_seconds: Family::new_with_constructor(latency),
+            class_inference_seconds: Family::new_with_constructor(latency),
+            class_request_seconds: Family::new_with_constructor(latency),
             class_steps: Family::default(),
             class_tokens: Family::default(),
             class_waiting_tokens: Family::default(),
@@ -229,7 +233,7 @@ impl Metrics {
         // Name, help and metric (its kind and labels come from its type),
         // in exposition order; one row a metric, so rustfmt leaves it be.
         #[rustfmt::skip]
-        let table: [(&str, &str, Box<dyn Metric>); 25] = [
+        let table: [(&str, &str, Box<dyn Metric>); 27] = [
             ("tulip_requests", "Embed requests by gRPC status", Box::new(m.requests.clone())),
             ("tulip_request_duration_seconds", "Embed request time in Tulip", Box::new(m.request_seconds.clone())),
             ("tulip_queue_duration_seconds", "Time from arrival until a request's last sequence was batched", Box::new(m.queue_seconds.clone())),
@@ -248,7 +252,9 @@ impl Metrics {
             ("tulip_active_requests", "Embed requests being answered", Box::new(m.active_requests.clone())),
             ("tulip_frames_connections", "Open Tulip frames connections on the Unix socket (co-located gateways)", Box::new(m.frames_connections.clone())),
             ("tulip_draining", "1 while the server drains before stopping", Box::new(m.draining.clone())),
-            ("tulip_class_queue_duration_seconds", "Queue time of answered requests by priority class", Box::new(m.class_queue_seconds.clone())),
+            ("tulip_class_queue_duration_seconds", "Time from arrival until an answered request's last sequence was in a launched step (waiting for a step), by priority class", Box::new(m.class_queue_seconds.clone())),
+            ("tulip_class_inference_duration_seconds", "Time from an answered request's first launch until its last row was on the host (on the device, behind the steps launched before it included), by priority class", Box::new(m.class_inference_seconds.clone())),
+            ("tulip_class_request_duration_seconds", "Time in Tulip of an answered request, arrival to answer, by priority class", Box::new(m.class_request_seconds.clone())),
             ("tulip_class_steps", "Engine steps carrying sequences of each priority class", Box::new(m.class_steps.clone())),
             ("tulip_class_tokens", "Real tokens processed by priority class", Box::new(m.class_tokens.clone())),
             ("tulip_class_waiting_tokens", "Tokens queued for a step, by priority class", Box::new(m.class_waiting_tokens.clone())),

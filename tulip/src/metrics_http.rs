@@ -25,6 +25,10 @@ pub async fn serve(
             get(move || {
                 let m = Arc::clone(&metrics);
                 m.set_backlog(&pool.backlog());
+                // Read now: the threads finishing steps set these gauges
+                // from reads that can land out of order (one stale).
+                m.inflight_steps.set(pool.inflight() as i64);
+                m.queued_sequences.set(pool.queued_sequences() as i64);
                 async move {
                     (
                         [(

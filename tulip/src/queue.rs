@@ -24,7 +24,8 @@ use crate::backlog::{self, Backlog};
 use crate::engine::{Kind, LazyOutput};
 use crate::error::TulipError;
 use crate::output::Accumulator;
-use crate::priority::{self, Class, Moment};
+use crate::pace::Pace;
+use crate::priority::{self, Class};
 
 pub type Reply = oneshot::Sender<Result<EmbedResponse, TulipError>>;
 
@@ -103,6 +104,9 @@ pub struct InFlight {
     pub seqs: Vec<SeqRef>,
     pub output: LazyOutput,
     pub launched: Instant,
+    /// When the step call returned: on a GPU the step is on the device's
+    /// queue from then; on the CPU it has run (see `Pool::finish_step`).
+    pub on_device: Instant,
 }
 
 struct State {
@@ -119,6 +123,10 @@ struct State {
     releases: Vec<LazyOutput>,
     /// Outstanding tokens and measured capacity, for the autoscaler.
     backlog: Backlog,
+    /// The device's measured pace, for the priority plan.
+    pace: Pace,
+    /// When batch work held back by the in-flight limit may go.
+    retry_at: Option<Instant>,
     shutdown: bool,
 }
 
@@ -132,6 +140,8 @@ impl State {
             inflight: 0,
             releases: Vec::new(),
             backlog: Backlog::default(),
+            pace: Pace::default(),
+            retry_at: None,
             shutdown: false,
         }
     }
@@ -254,8 +264,9 @@ impl Pool {
             if s.shutdown {
                 return Work::Stop(std::mem::take(&mut s.releases));
             }
-            if s.inflight < self.max_inflight {
-                let batch = self.take_batch(&mut s);
+            if s.inflight < self.max_inflight + self.ahead_slot() {
+                let extra = s.inflight >= self.max_inflight;
+                let batch = self.take_batch(&mut s, extra);
                 if !batch.is_empty() {
                     let busy = s.inflight > 0;
                     // Work left waiting: this step is as full as it gets.
@@ -270,76 +281,47 @@ impl Pool {
             if !s.releases.is_empty() {
                 return Work::Release(std::mem::take(&mut s.releases));
             }
+            // Batch work held back until the device is about to run out
+            // of work: wake then, unless something changes first.
+            let wait = s.retry_at.take().map_or(Duration::from_millis(500), |at| {
+                at.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(500))
+            });
             s = self
                 .changed
-                .wait_timeout(s, Duration::from_millis(500))
+                .wait_timeout(s, wait)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
     }
 
-    /// From the queues in the order the priority plan gives, each first
-    /// come first served, up to its token budget and the sequence cap. A
-    /// batch holds one output kind; it always takes at least one sequence.
-    fn take_batch(&self, s: &mut State) -> Vec<SeqRef> {
-        let batch_queue = self.priority.queue_index(Class::Batch);
-        let now = Instant::now();
-        let plan = self.priority.plan(
-            self.max_batch_tokens,
-            &Moment {
-                now,
-                batch_waiting: batch_queue == 1 && !s.queues[1].is_empty() && s.batch_steps == 0,
-                batch_waiting_since: s.batch_waiting_since,
-                last_interactive: s.last_interactive,
-            },
-        );
-        let mut batch: Vec<SeqRef> = Vec::new();
-        let mut tokens = 0;
-        for q in plan.order {
-            if q == 1
-                && !self.priority.fill_interactive_steps
-                && batch
-                    .iter()
-                    .any(|seq| seq.request.class == Class::Interactive)
-            {
-                continue; // the query's own step stays short
-            }
-            let queue = &mut s.queues[q];
-            while let Some(front) = queue.front() {
-                if front.request.abandoned() {
-                    let (class, len) = (front.request.class, front.len());
-                    queue.pop_front();
-                    s.backlog.dropped(class, len);
-                    continue;
-                }
-                if let Some(first) = batch.first() {
-                    if front.request.kind != first.request.kind
-                        || tokens + front.len() > plan.budget[q]
-                        || batch.len() >= self.max_batch_sequences
-                    {
-                        break;
-                    }
-                }
-                tokens += front.len();
-                batch.extend(queue.pop_front());
-            }
-        }
-        if carries_batch(&batch) {
-            s.batch_waiting_since = now;
-            s.batch_steps += 1;
-        }
-        batch
+    /// A step's call returned (`planned`: when it was taken from the
+    /// queues): it is on the device's queue now.
+    pub fn on_device(&self, seqs: &[SeqRef], planned: Instant) {
+        let tokens = seqs.iter().map(SeqRef::len).sum();
+        self.lock().pace.launched(tokens, planned, Instant::now());
     }
 
     /// A step finished (or failed): frees its slot and queues the output
     /// for release with the next step (or the scheduler's next wake-up).
-    /// The scheduler is woken only when queued work waits for the slot.
-    pub fn finish_step(&self, seqs: &[SeqRef], output: Option<LazyOutput>) {
+    /// `ran`: when a launched step reached the device (`on_device`) and
+    /// whether its rows arrived (its time then counts in the pace); `None`
+    /// for a step whose call failed. The scheduler is woken only when
+    /// queued work waits for the slot.
+    pub fn finish_step(
+        &self,
+        seqs: &[SeqRef],
+        output: Option<LazyOutput>,
+        ran: Option<(Instant, bool)>,
+    ) {
         let mut s = self.lock();
+        let now = Instant::now();
         s.inflight -= 1;
         let busy = s.inflight > 0;
-        s.backlog
-            .finished(tokens_by_class(seqs), busy, Instant::now());
+        s.backlog.finished(tokens_by_class(seqs), busy, now);
+        if let Some((on_device, ok)) = ran {
+            s.pace.ended(on_device, carries_batch(seqs), ok, now);
+        }
         if carries_batch(seqs) {
             s.batch_steps = s.batch_steps.saturating_sub(1);
             s.batch_waiting_since = Instant::now();
@@ -396,6 +378,8 @@ fn tokens_by_class(seqs: &[SeqRef]) -> [u64; 2] {
 fn carries_batch(seqs: &[SeqRef]) -> bool {
     seqs.iter().any(|seq| seq.request.class == Class::Batch)
 }
+
+mod take;
 
 #[cfg(test)]
 mod tests;

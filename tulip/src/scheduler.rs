@@ -80,15 +80,23 @@ pub fn launch(
         release_all(py, releases);
         engine.step(py, &batch)
     });
-    metrics.inflight_steps.set(pool.inflight() as i64);
-    metrics.queued_sequences.set(pool.queued_sequences() as i64);
     match result {
         Ok(output) => {
+            pool.on_device(&seqs, launched);
+            // A CPU step has run by now: all of it was the device's time.
+            let on_device = if output.event == 0 {
+                launched
+            } else {
+                Instant::now()
+            };
+            metrics.inflight_steps.set(pool.inflight() as i64);
+            metrics.queued_sequences.set(pool.queued_sequences() as i64);
             record_step(metrics, &seqs, &output);
             let step = InFlight {
                 seqs,
                 output,
                 launched,
+                on_device,
             };
             match delivery {
                 // Already on the host (CPU), or an inline request: a hop to
@@ -102,7 +110,7 @@ pub fn launch(
                         // The completion thread is gone (shutdown): fail and free.
                         let step = unsent.0;
                         fail(&step.seqs, "server is shutting down");
-                        pool.finish_step(&step.seqs, Some(step.output));
+                        pool.finish_step(&step.seqs, Some(step.output), Some((step.on_device, false)));
                     }
                 }
             }
@@ -111,10 +119,12 @@ pub fn launch(
             if let TulipError::Engine(msg) = &e {
                 tracing::error!(requests = %request_ids(&seqs), error = %msg, "engine step failed");
             }
+            metrics.inflight_steps.set(pool.inflight() as i64);
+            metrics.queued_sequences.set(pool.queued_sequences() as i64);
             for s in &seqs {
                 s.request.fail(e.clone());
             }
-            pool.finish_step(&seqs, None);
+            pool.finish_step(&seqs, None, None);
         }
     }
 }

@@ -143,16 +143,22 @@ impl TulipService {
             Ok(_) => {}
         }
         let m = &self.metrics;
-        m.observe_request(Code::of(&result.as_ref().map(|_| ())), started.elapsed());
+        let took = started.elapsed();
+        m.observe_request(Code::of(&result.as_ref().map(|_| ())), took);
         if let Ok(resp) = &result {
             if let Some(t) = &resp.timing {
                 m.queue_seconds.observe(t.queue_us as f64 * 1e-6);
-                if let Some(class) = class {
-                    m.class_queue_seconds
-                        .get_or_create(&ClassLabel { class })
-                        .observe(t.queue_us as f64 * 1e-6);
-                }
                 m.inference_seconds.observe(t.inference_us as f64 * 1e-6);
+                if let Some(class) = class {
+                    let label = ClassLabel { class };
+                    for (family, seconds) in [
+                        (&m.class_queue_seconds, t.queue_us as f64 * 1e-6),
+                        (&m.class_inference_seconds, t.inference_us as f64 * 1e-6),
+                        (&m.class_request_seconds, took.as_secs_f64()),
+                    ] {
+                        family.get_or_create(&label).observe(seconds);
+                    }
+                }
             }
         }
         result

@@ -66,7 +66,7 @@ pub async fn rerank(
             // As Cohere does: a long document is cut to fit, not refused.
             truncate: fields::opt_bool(&obj, "truncate")?.unwrap_or(true),
             direction: fields::direction(&obj)?,
-            priority: fields::priority(&obj)?,
+            priority: fields::cohere_priority(&obj)?,
             ..Options::default()
         },
     };

@@ -47,6 +47,7 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
             dimensions: output_dimension(&obj)?,
             prompt_name: prompt_name(&state, &pool, &obj)?,
             long_inputs: fields::long_inputs(&obj, state.config.long_inputs, false)?,
+            priority: fields::cohere_priority(&obj)?,
             ..Options::default()
         };
         let ranges = quantize::ranges_for(&state, &pool, &types, &options).await?;

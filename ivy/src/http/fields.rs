@@ -170,6 +170,23 @@ pub fn priority(obj: &Object) -> Result<Option<Priority>, ApiError> {
     }
 }
 
+/// Cohere's `priority`: Ivy's two names as on every route, or Cohere's
+/// number (lower is served first; 0, the highest, is its default): 0 is
+/// interactive, anything above batch. Absent means "decide by size".
+pub fn cohere_priority(obj: &Object) -> Result<Option<Priority>, ApiError> {
+    match obj.get("priority") {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(0) => Ok(Some(Priority::Interactive)),
+            Some(_) => Ok(Some(Priority::Batch)),
+            None => Err(ApiError::schema(
+                "priority",
+                format!("a numeric `priority` must be an integer >= 0 (0 = interactive, above = batch), got {n}"),
+            )),
+        },
+        _ => priority(obj),
+    }
+}
+
 /// `dimensions`: a positive integer (range-checked against the model later).
 pub fn dimensions(obj: &Object) -> Result<Option<u32>, ApiError> {
     match obj.get("dimensions") {
@@ -332,6 +349,21 @@ mod tests {
             inputs(&obj(json!({"inputs": "a"})), "input"),
             Err(ApiError::Schema { .. })
         ));
+    }
+
+    #[test]
+    fn cohere_priorities_take_ivys_names_or_cohere_numbers() {
+        let p = |v: Value| cohere_priority(&obj(json!({"input": "a", "priority": v})));
+        assert_eq!(p(json!(0)).unwrap(), Some(Priority::Interactive));
+        assert_eq!(p(json!(3)).unwrap(), Some(Priority::Batch));
+        assert_eq!(p(json!("batch")).unwrap(), Some(Priority::Batch));
+        assert_eq!(p(Value::Null).unwrap(), None);
+        for bad in [json!(-1), json!(1.5), json!("urgent"), json!(true)] {
+            let e = p(bad).unwrap_err().to_string();
+            assert!(e.contains("priority"), "{e}");
+        }
+        // Elsewhere a number is refused: only Cohere's routes define one.
+        assert!(priority(&obj(json!({"input": "a", "priority": 0}))).is_err());
     }
 
     #[test]

@@ -313,9 +313,15 @@ fn openai(f: &Fragments) -> Value {
     })
 }
 
+/// Cohere's `priority`: Ivy's names, or Cohere's number.
+fn cohere_priority(f: &Fragments) -> Value {
+    json!({ "oneOf": [f.priority, { "type": "integer", "minimum": 0,
+        "description": "Cohere's form: 0 (served first) is interactive, 1 and above batch" }] })
+}
+
 /// `/v1/rerank` in the Cohere/Jina shape.
 fn cohere(f: &Fragments) -> Value {
-    let Fragments { priority, .. } = f;
+    let priority = cohere_priority(f);
     json!({
         "CohereRerankRequest": { "type": "object", "required": ["query", "documents"], "properties": {
             "model": { "type": "string" }, "query": { "type": "string" },
@@ -350,7 +356,7 @@ fn cohere_v2(f: &Fragments) -> Value {
             "embedding_types": { "type": "array", "items": types, "default": ["float"] },
             "output_dimension": { "type": "integer", "minimum": 1, "description": "Matryoshka truncation, before normalization and quantization" },
             "truncate": { "type": "string", "enum": ["NONE", "START", "END"], "default": "END" },
-            "prompt_name": f.prompt, "long_inputs": f.long_inputs } },
+            "prompt_name": f.prompt, "long_inputs": f.long_inputs, "priority": cohere_priority(f) } },
         "CohereEmbedResponse": { "type": "object", "required": ["id", "embeddings", "texts", "meta"], "properties": {
             "id": { "type": "string" },
             "embeddings": { "type": "object", "properties": {

@@ -59,6 +59,14 @@ pub enum Priority {
 }
 
 impl Priority {
+    /// The metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Interactive => "interactive",
+            Self::Batch => "batch",
+        }
+    }
+
     fn proto(self) -> tulip::Priority {
         match self {
             Self::Interactive => tulip::Priority::Interactive,
@@ -272,6 +280,7 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
     out.timing.tokenize = tokenize;
     state.metrics.stage(Stage::Queue, out.timing.queue);
     state.metrics.stage(Stage::Inference, out.timing.inference);
+    state.metrics.class(priority.name(), started.elapsed());
     state.metrics.tokens(out.tokens);
     Ok(out)
 }

@@ -5,6 +5,8 @@ ahead of queued batch work. Orders and counters are asserted, never times."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -168,3 +170,42 @@ def test_batch_work_is_not_starved_by_a_steady_interactive_stream(minilm_dir, lo
         assert m and float(m.group(1)) >= 1
     finally:
         tulip.stop()
+
+
+def test_every_client_sets_the_class(stack, tmp_path):
+    """Issue 42 item 4: the routes not covered above, the bulk client and the
+    Ray embedder each reach both classes (docs/api.md's table)."""
+    tulip, ivy = stack
+    long_text = "word " * 100
+    # Cohere: Ivy's names, or Cohere's number (0 = interactive, above = batch).
+    for body, cls in [({"texts": ["short"], "priority": "batch"}, "batch"),
+                      ({"texts": [long_text], "priority": 0}, "interactive"),
+                      ({"texts": ["short"], "priority": 3}, "batch"),
+                      ({"texts": [long_text]}, "batch")]:
+        assert classified(tulip, lambda b=body: ok(ivy, "/v2/embed", b)) == cls, body
+    status, reply = ivy.post_json("/v2/embed", {"texts": ["x"], "priority": -1})
+    assert status == 422 and "priority" in str(reply), (status, reply)
+    # Hugging Face's root route: the body of the route it stands for.
+    assert classified(tulip, lambda: ok(ivy, "/", {"inputs": "short", "priority": "batch"})) == "batch"
+    assert classified(tulip, lambda: ok(ivy, "/", {"inputs": long_text, "priority": "interactive"})) == "interactive"
+    # The bulk client: batch unless told otherwise.
+    docs = tmp_path / "docs.txt"
+    docs.write_text("a short document\nanother one\n")
+    url = f"http://127.0.0.1:{ivy.port}"
+
+    def bulk(*flags: str) -> None:
+        subprocess.run([sys.executable, "-m", "tulip_rose_cli", "embed", str(docs), "--out",
+                        str(tmp_path / f"out{len(flags)}.npy"), "--url", url, *flags], check=True, timeout=120,
+                       capture_output=True)
+
+    assert classified(tulip, bulk) == "batch"
+    assert classified(tulip, lambda: bulk("--priority", "interactive")) == "interactive"
+    # The Ray embedder that sends to Ivy, called as Ray Data would call it.
+    pytest.importorskip("pyarrow")
+    from tulip_rose_cli.ray import IvyEmbedder
+
+    for cls in ("batch", "interactive"):
+        embedder = IvyEmbedder(url, priority=cls)
+        assert classified(tulip, lambda e=embedder: e({"text": ["short"]})) == cls
+    with pytest.raises(ValueError, match="priority"):
+        IvyEmbedder(url, priority="urgent")

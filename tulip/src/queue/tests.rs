@@ -73,7 +73,7 @@ fn a_lone_request_on_an_idle_engine_runs_inline_and_holds_the_slot() {
     // While the inline step runs, the next request queues behind it.
     let (b, _rb) = request(Kind::Dense, &[1]);
     assert!(matches!(pool.submit(b, true).unwrap(), Submitted::Queued));
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     assert_eq!(pool.inflight(), 0);
     assert_eq!(batch(pool.next_work()).len(), 1);
     assert_eq!(pool.inflight(), 1);
@@ -114,7 +114,7 @@ fn batches_respect_the_budget_and_hold_one_output_kind() {
     let second = batch(pool.next_work());
     assert_eq!(second.len(), 1);
     assert_eq!(second[0].request.kind, Kind::Dense);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     let third = batch(pool.next_work());
     assert_eq!(third[0].request.kind, Kind::Score);
 }
@@ -149,7 +149,7 @@ fn shutdown_fails_queued_requests_and_refuses_new_ones() {
     ));
     // The step still in flight finishes and frees its slot.
     drop(running);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     assert_eq!(pool.inflight(), 0);
     assert!(matches!(pool.next_work(), Work::Stop(_)));
 }
@@ -182,7 +182,7 @@ fn with_priorities_off_arrival_order_decides() {
     pool.submit(b, false).unwrap();
     pool.submit(i, false).unwrap();
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 1]);
 }
 
@@ -199,7 +199,7 @@ fn starved_batch_work_takes_the_next_step_first() {
     pool.submit(i, false).unwrap();
     // Fresh batch work waits behind interactive work...
     assert_eq!(batch(pool.next_work())[0].request.class, Class::Interactive);
-    pool.finish_step(&[], None);
+    pool.finish_step(&[], None, None);
     // ...until it has waited `batch_max_wait` without a step.
     std::thread::sleep(Duration::from_millis(250));
     let (j, _rj) = classed(Kind::Dense, Class::Interactive, &[4]);
@@ -219,7 +219,7 @@ fn batch_steps_shrink_while_interactive_traffic_is_active() {
     // No interactive request seen yet: the full budget.
     let first = batch(pool.next_work());
     assert_eq!(lengths(&first), vec![4, 4, 4, 4]);
-    pool.finish_step(&first, None);
+    pool.finish_step(&first, None, None);
     let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[2]);
     pool.submit(i, false).unwrap();
     let (b2, _rb2) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
@@ -231,7 +231,7 @@ fn batch_steps_shrink_while_interactive_traffic_is_active() {
 #[test]
 fn without_filling_a_querys_step_carries_no_batch_work() {
     let settings = priority::Settings {
-        fill_interactive_steps: false,
+        interactive_fill: Duration::ZERO,
         ..on()
     };
     let pool = Pool::new(100, 64, 1, false, settings);
@@ -241,6 +241,139 @@ fn without_filling_a_querys_step_carries_no_batch_work() {
     pool.submit(i, false).unwrap();
     let first = batch(pool.next_work());
     assert_eq!(lengths(&first), vec![2]);
-    pool.finish_step(&first, None);
+    pool.finish_step(&first, None, None);
     assert_eq!(lengths(&batch(pool.next_work())), vec![4, 4]);
+}
+
+#[test]
+fn a_querys_step_is_filled_only_within_the_batch_step_bound() {
+    // No capacity measured yet: the fill falls back to the batch step's
+    // token bound, which caps the whole step (query included).
+    let settings = priority::Settings {
+        interactive_fill: Duration::from_millis(1),
+        batch_step_tokens: 9,
+        ..on()
+    };
+    let pool = Pool::new(100, 64, 2, false, settings);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
+    let (i, _ri) = classed(Kind::Dense, Class::Interactive, &[3]);
+    pool.submit(b, false).unwrap();
+    pool.submit(i, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![3, 4]);
+    // Interactive work itself is never cut by the batch bound.
+    let (j, _rj) = classed(Kind::Dense, Class::Interactive, &[6, 6]);
+    pool.submit(j, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![6, 6]);
+}
+
+#[test]
+fn a_slot_is_kept_for_queries_while_a_batch_step_runs() {
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        interactive_fill: Duration::ZERO,
+        ..on()
+    };
+    let pool = Arc::new(Pool::new(4, 64, 2, false, settings));
+    let (warm, _rw) = classed(Kind::Dense, Class::Interactive, &[1]);
+    pool.submit(warm, false).unwrap();
+    let w = batch(pool.next_work());
+    pool.finish_step(&w, None, None); // interactive traffic is now active
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    let running = batch(pool.next_work());
+    assert_eq!(lengths(&running), vec![4]);
+    // A second batch step would fill the last slot: the scheduler waits...
+    let waiter = {
+        let pool = Arc::clone(&pool);
+        std::thread::spawn(move || batch(pool.next_work()))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        pool.inflight(),
+        1,
+        "a second batch step took the query's slot"
+    );
+    // ...and a query arriving now is launched at once, in that slot.
+    let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[2]);
+    pool.submit(q, false).unwrap();
+    let step = waiter.join().unwrap();
+    assert_eq!(step[0].request.class, Class::Interactive);
+    assert_eq!(lengths(&step), vec![2]);
+    // Batch work goes on once the running batch step ends.
+    pool.finish_step(&running, None, None);
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+}
+
+#[test]
+fn a_querys_step_takes_its_fill_even_in_the_kept_slot() {
+    // No capacity measured yet: the fill falls back to the token bound, 5.
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        batch_step_tokens: 5,
+        interactive_fill: Duration::from_millis(1),
+        ..on()
+    };
+    let pool = Pool::new(100, 64, 2, false, settings);
+    let (warm, _rw) = classed(Kind::Dense, Class::Interactive, &[1]);
+    pool.submit(warm, false).unwrap();
+    let w = batch(pool.next_work());
+    pool.finish_step(&w, None, None);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+    let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[1]);
+    pool.submit(q, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![1, 4]);
+}
+
+#[test]
+fn a_batch_step_launched_ahead_takes_one_slot_more_but_only_when_due() {
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        launch_ahead: true,
+        interactive_fill: Duration::ZERO,
+        ..on()
+    };
+    let pool = Pool::new(4, 64, 2, false, settings);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    // A first batch step measures the device: 4 tokens in 50 ms.
+    let first = batch(pool.next_work());
+    let t = Instant::now();
+    pool.on_device(&first, t);
+    std::thread::sleep(Duration::from_millis(50));
+    pool.finish_step(&first, None, Some((t, true)));
+    // A query makes interactive traffic active.
+    let (q, _rq) = classed(Kind::Dense, Class::Interactive, &[2]);
+    pool.submit(q, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![2]);
+    // One batch step runs (~50 ms at that pace); the query holds the kept slot.
+    let running = batch(pool.next_work());
+    assert_eq!(lengths(&running), vec![4]);
+    let on = Instant::now();
+    pool.on_device(&running, on);
+    assert_eq!(pool.inflight(), 2);
+    // The next batch step goes in one slot more, when the running one is
+    // about to end: not before.
+    let ahead = batch(pool.next_work());
+    assert_eq!(lengths(&ahead), vec![4]);
+    assert!(
+        on.elapsed() >= Duration::from_millis(30),
+        "launched ahead too early"
+    );
+    assert_eq!(pool.inflight(), 3);
+}
+
+#[test]
+fn without_queries_batch_steps_use_every_slot() {
+    let settings = priority::Settings {
+        batch_inflight: 1,
+        ..on()
+    };
+    let pool = Pool::new(4, 64, 2, false, settings);
+    let (b, _rb) = classed(Kind::Dense, Class::Batch, &[4, 4, 4]);
+    pool.submit(b, false).unwrap();
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+    assert_eq!(lengths(&batch(pool.next_work())), vec![4]);
+    assert_eq!(pool.inflight(), 2);
 }

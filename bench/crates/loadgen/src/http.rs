@@ -5,21 +5,38 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// What the server said its parts took, when it said.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    pub queue_ms: Option<f64>,
+    pub inference_ms: Option<f64>,
+}
+
 pub struct Client {
+    target: String,
     stream: TcpStream,
     buf: Vec<u8>,
+    /// A response came back on this connection (so the server may close
+    /// it while idle, as keep-alive servers do).
+    used: bool,
 }
 
 impl Client {
     pub async fn connect(target: &str) -> Result<Self, String> {
+        Ok(Self {
+            target: target.to_owned(),
+            stream: Self::open(target).await?,
+            buf: Vec::with_capacity(1 << 16),
+            used: false,
+        })
+    }
+
+    async fn open(target: &str) -> Result<TcpStream, String> {
         let stream = TcpStream::connect(target)
             .await
             .map_err(|e| format!("connect {target}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        Ok(Self {
-            stream,
-            buf: Vec::with_capacity(1 << 16),
-        })
+        Ok(stream)
     }
 
     /// The bytes of one POST of `body` to `path`.
@@ -34,8 +51,37 @@ impl Client {
     }
 
     /// Sends a prepared request and reads the whole response; returns the
-    /// status code.
-    pub async fn send(&mut self, request: &[u8]) -> Result<u16, String> {
+    /// status code and the server's own timing headers (Ivy's
+    /// `x-queue-time` and `x-inference-time`, ms: what Tulip reported).
+    /// A kept-alive connection the server closed while it was idle is
+    /// replaced once, as every HTTP client does.
+    pub async fn send_timed(&mut self, request: &[u8]) -> Result<(u16, Timing), String> {
+        let (status, head_end) = match self.exchange(request).await {
+            Err(_) if self.used => {
+                self.stream = Self::open(&self.target).await?;
+                self.used = false;
+                self.exchange(request).await?
+            }
+            other => other?,
+        };
+        self.used = true;
+        let head = std::str::from_utf8(&self.buf[..head_end]).map_err(|e| e.to_string())?;
+        let header = |name: &str| -> Option<f64> {
+            head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().parse().ok())?
+            })
+        };
+        Ok((
+            status,
+            Timing {
+                queue_ms: header("x-queue-time"),
+                inference_ms: header("x-inference-time"),
+            },
+        ))
+    }
+
+    async fn exchange(&mut self, request: &[u8]) -> Result<(u16, usize), String> {
         self.stream
             .write_all(request)
             .await
@@ -64,7 +110,7 @@ impl Client {
         while self.buf.len() < head_end + length {
             self.read_more().await?;
         }
-        Ok(status)
+        Ok((status, head_end))
     }
 
     async fn read_more(&mut self) -> Result<(), String> {

@@ -7,11 +7,16 @@
 //!
 //! ```text
 //! loadgen --mode grpc --target 127.0.0.1:50051 --input reqs.json --concurrency 1,4,16 --requests 64
+//! loadgen --mode http --target 127.0.0.1:8080 --input q.json --rate 100 --duration-s 20 --connections 64
 //! ```
+//!
+//! The second form is an open loop (`rate.rs`): requests on a fixed
+//! schedule, whatever the answers take.
 
 mod http;
 mod input;
 mod null;
+mod rate;
 mod run;
 
 use std::path::PathBuf;
@@ -60,6 +65,20 @@ pub struct Args {
     /// own cost plus loopback), reported as "floor".
     #[arg(long, env = "LOADGEN_FLOOR")]
     pub floor: bool,
+    /// Open loop: requests per second on a fixed schedule (instead of the
+    /// concurrency levels), for --duration-s, from --connections connections.
+    #[arg(long, env = "LOADGEN_RATE")]
+    pub rate: Option<f64>,
+    /// Open loop: seconds of the schedule.
+    #[arg(long, env = "LOADGEN_DURATION_S", default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Open loop: keep-alive connections the schedule's requests go out on.
+    #[arg(long, env = "LOADGEN_CONNECTIONS", default_value_t = 64)]
+    pub connections: usize,
+    /// Open loop: open and warm the connections, print "ready" to stderr,
+    /// and start the schedule when a line arrives on stdin.
+    #[arg(long, env = "LOADGEN_GO_STDIN")]
+    pub go_stdin: bool,
 }
 
 fn main() {

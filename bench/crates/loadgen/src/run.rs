@@ -18,6 +18,18 @@ use crate::{Args, Mode};
 pub async fn main(args: Args) -> Result<Value, String> {
     let requests = Arc::new(Requests::read(&args.input, args.mode)?);
     let timeout = Duration::from_secs_f64(args.timeout_s);
+    if let Some(rate) = args.rate {
+        let target = args.target.as_deref().ok_or("--rate needs --target")?;
+        let schedule = crate::rate::Schedule {
+            rate,
+            duration: Duration::from_secs_f64(args.duration_s),
+            connections: args.connections,
+            go_stdin: args.go_stdin,
+        };
+        let prepared = Arc::new(prepare(&requests));
+        let level = crate::rate::run(target, &requests, &prepared, &schedule, timeout).await?;
+        return Ok(json!({"mode": format!("{:?}", args.mode).to_lowercase(), "rate": level}));
+    }
     let mut report = json!({"mode": format!("{:?}", args.mode).to_lowercase(), "levels": {}});
     if let Some(target) = &args.target {
         for &c in &args.concurrency {
@@ -46,13 +58,13 @@ pub async fn main(args: Args) -> Result<Value, String> {
     Ok(report)
 }
 
-enum Conn {
+pub(crate) enum Conn {
     Grpc(TulipClient<Channel>),
     Http(http::Client),
 }
 
 impl Conn {
-    async fn open(target: &str, requests: &Requests) -> Result<Self, String> {
+    pub(crate) async fn open(target: &str, requests: &Requests) -> Result<Self, String> {
         Ok(match requests {
             Requests::Grpc(_) => {
                 let channel = Channel::from_shared(format!("http://{target}"))
@@ -67,25 +79,32 @@ impl Conn {
         })
     }
 
-    /// One request (the `i`-th, round-robin); Err on failure or timeout.
-    async fn call(
+    /// One request (the `i`-th, round-robin) and the server's timing; Err
+    /// on failure or timeout.
+    pub(crate) async fn call(
         &mut self,
         requests: &Requests,
         prepared: &[Vec<u8>],
         i: usize,
         timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<http::Timing, String> {
         let fut = async {
             match (self, requests) {
                 (Conn::Grpc(c), Requests::Grpc(r)) => c
                     .embed(r[i % r.len()].clone())
                     .await
-                    .map(|_| ())
+                    .map(|resp| {
+                        let t = resp.into_inner().timing.unwrap_or_default();
+                        http::Timing {
+                            queue_ms: Some(t.queue_us as f64 / 1e3),
+                            inference_ms: Some(t.inference_us as f64 / 1e3),
+                        }
+                    })
                     .map_err(|s| format!("{:?}: {}", s.code(), s.message())),
                 (Conn::Http(c), Requests::Http(..)) => {
-                    match c.send(&prepared[i % prepared.len()]).await? {
-                        200 => Ok(()),
-                        s => Err(format!("HTTP {s}")),
+                    match c.send_timed(&prepared[i % prepared.len()]).await? {
+                        (200, timing) => Ok(timing),
+                        (s, _) => Err(format!("HTTP {s}")),
                     }
                 }
                 _ => unreachable!("connection and requests of the same mode"),
@@ -105,13 +124,7 @@ async fn run_level(
     warmup: usize,
     timeout: Duration,
 ) -> Result<Value, String> {
-    let prepared: Arc<Vec<Vec<u8>>> = Arc::new(match &**requests {
-        Requests::Http(path, bodies) => bodies
-            .iter()
-            .map(|b| http::Client::prepare(path, b))
-            .collect(),
-        Requests::Grpc(_) => Vec::new(),
-    });
+    let prepared: Arc<Vec<Vec<u8>>> = Arc::new(prepare(requests));
     let per_client = total.div_ceil(clients).max(1);
     let barrier = Arc::new(Barrier::new(clients));
     let mut tasks = Vec::with_capacity(clients);
@@ -137,7 +150,7 @@ async fn run_level(
                     .call(&requests, &prepared, k + warmup + j, timeout)
                     .await
                 {
-                    Ok(()) => lat.push(t.elapsed().as_secs_f64()),
+                    Ok(_) => lat.push(t.elapsed().as_secs_f64()),
                     Err(e) => errors.push(e),
                 }
             }
@@ -159,6 +172,17 @@ async fn run_level(
         _ => 0.0,
     };
     Ok(summary(clients, latencies, errors, wall))
+}
+
+/// HTTP requests as bytes on the wire (gRPC requests are sent as messages).
+fn prepare(requests: &Requests) -> Vec<Vec<u8>> {
+    match requests {
+        Requests::Http(path, bodies) => bodies
+            .iter()
+            .map(|b| http::Client::prepare(path, b))
+            .collect(),
+        Requests::Grpc(_) => Vec::new(),
+    }
 }
 
 /// Percentiles (ms, nearest rank), throughput and the raw latencies (µs).
@@ -225,6 +249,10 @@ mod tests {
                 warmup: 2,
                 timeout_s: 10.0,
                 floor: true,
+                rate: None,
+                duration_s: 10.0,
+                connections: 64,
+                go_stdin: false,
             };
             let report = main(args).await.unwrap();
             assert_eq!(report["floor"]["count"], 20, "{mode:?}: {report}");
