@@ -6,7 +6,7 @@ clients sending 32-passage requests back to back, and the bulk client
 - Queries: ``bench/loadgen``'s open loop (``--rate``) when it is built
   (``cargo build --profile dist -p loadgen``, ``bench/crates/loadgen``): a few microseconds per
   request, so a p99 is the stack's, not the client's. Without it, Python
-  threads (``isolation.query_load``), whose own jitter on a loaded 2-core
+  threads (``query_load``), whose own jitter on a loaded 2-core
   machine is milliseconds; the results say which one ran.
 - Indexing: one process per client (``python -m bench.harness.isolation_load``),
   each sending its prepared requests round-robin until the window ends and
@@ -153,7 +153,6 @@ class Queries:
             self.proc.stdin.flush()
         else:
             from bench.harness.stack import IVY_PATH
-            from bench.suites.isolation import query_load
 
             self._stop = threading.Event()
             assert self.load.path == IVY_PATH
@@ -178,7 +177,7 @@ class Queries:
         self._thread.join()
         r = self._result
         return {"ms": [x * 1e3 for x in r["latencies"]], "sent_s": [], "late": r["late"],
-                "client": "Python threads (bench/suites/isolation.py query_load)"}
+                "client": "Python threads (bench/harness/isolation_load.py query_load)"}
 
     def close(self) -> None:
         if self.binary is not None and self.proc.poll() is None:
@@ -315,3 +314,54 @@ class Bulk:
 
 if __name__ == "__main__":
     _index_worker()
+
+
+def query_load(port: int, queries: list[str], rate: float, threads: int, stop_after: float | None = None,
+               stop: threading.Event | None = None) -> dict:
+    """Queries on a fixed schedule (``rate`` per second) from ``threads``
+    keep-alive connections until ``stop`` is set or ``stop_after`` seconds
+    (the fallback without ``bench/loadgen``). Latency is measured from the
+    actual send; a slot sent more than 10 ms after its time (every thread
+    busy) is counted as late."""
+    stop = stop or threading.Event()
+    start = time.perf_counter()
+    deadline = start + stop_after if stop_after else float("inf")
+    lock = threading.Lock()
+    state = {"next": 0, "late": 0}
+    latencies: list[float] = []
+    errors: list[str] = []
+    from bench.harness.httpclient import HttpClient
+    from bench.harness.stack import IVY_PATH
+
+    enc = HttpClient("127.0.0.1", 0)
+    prepared = [enc.prepare(IVY_PATH, {"input": q}) for q in queries]
+
+    def worker() -> None:
+        with HttpClient("127.0.0.1", port) as client:
+            while True:
+                with lock:
+                    slot = state["next"]
+                    state["next"] += 1
+                at = start + slot / rate
+                while not stop.is_set() and time.perf_counter() < min(at, deadline):
+                    time.sleep(min(0.005, max(0.0, at - time.perf_counter())))
+                if stop.is_set() or at >= deadline:
+                    return
+                t0 = time.perf_counter()
+                status, body = client.send(prepared[slot % len(prepared)])
+                t1 = time.perf_counter()
+                with lock:
+                    if status != 200:
+                        errors.append(f"HTTP {status}: {body[:200]!r}")
+                    latencies.append(t1 - t0)
+                    if t0 - at > 0.010:
+                        state["late"] += 1
+
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} queries failed; first: {errors[0]}")
+    return {"latencies": latencies, "late": state["late"]}

@@ -28,8 +28,6 @@ import random
 import re
 import statistics
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -207,12 +205,12 @@ def measure(sides: dict[str, Side], load: Load, rounds: int, seconds: float, goa
 
 def sim_window(log: Path, since_ns: int, until_ns: int) -> dict:
     """What the device did in the window: busy fraction, step times."""
-    from bench.sim.replicas import busy, window
-    from rose.sim import overlapping
+    from rose.sim import busy_fraction, overlapping, read_log
 
-    st = window(log, since_ns, until_ns)
+    steps = read_log(log)
+    st = [s for s in steps if since_ns <= s["launch"] <= until_ns]
     device = sorted((s["end"] - s["start"]) / 1e6 for s in st) or [0.0]
-    return {"busy": busy(log, since_ns, until_ns), "steps_per_s": len(st) / ((until_ns - since_ns) / 1e9),
+    return {"busy": busy_fraction(steps, since_ns, until_ns), "steps_per_s": len(st) / ((until_ns - since_ns) / 1e9),
             "step_ms_p50": device[len(device) // 2], "step_ms_p99": device[min(len(device) - 1,
                                                                                  int(0.99 * len(device)))],
             "overlapping_share": overlapping(st) / max(1, len(st)),
@@ -235,54 +233,6 @@ def device_backlog(steps: list[dict], since_ns: int, until_ns: int, samples: int
     k = np.searchsorted(launch, t, side="right") - 1
     ahead = np.where(k >= 0, tail[np.maximum(k, 0)] - t, 0)
     return [round(float(x) / 1e6, 4) for x in np.maximum(ahead, 0)]
-
-
-def query_load(port: int, queries: list[str], rate: float, threads: int, stop_after: float | None = None,
-               stop: threading.Event | None = None) -> dict:
-    """Queries on a fixed schedule (``rate`` per second) from ``threads``
-    keep-alive connections until ``stop`` is set or ``stop_after`` seconds
-    (the fallback without ``bench/loadgen``). Latency is measured from the
-    actual send; a slot sent more than 10 ms after its time (every thread
-    busy) is counted as late."""
-    stop = stop or threading.Event()
-    start = time.perf_counter()
-    deadline = start + stop_after if stop_after else float("inf")
-    lock = threading.Lock()
-    state = {"next": 0, "late": 0}
-    latencies: list[float] = []
-    errors: list[str] = []
-    enc = HttpClient("127.0.0.1", 0)
-    prepared = [enc.prepare(IVY_PATH, {"input": q}) for q in queries]
-
-    def worker() -> None:
-        with HttpClient("127.0.0.1", port) as client:
-            while True:
-                with lock:
-                    slot = state["next"]
-                    state["next"] += 1
-                at = start + slot / rate
-                while not stop.is_set() and time.perf_counter() < min(at, deadline):
-                    time.sleep(min(0.005, max(0.0, at - time.perf_counter())))
-                if stop.is_set() or at >= deadline:
-                    return
-                t0 = time.perf_counter()
-                status, body = client.send(prepared[slot % len(prepared)])
-                t1 = time.perf_counter()
-                with lock:
-                    if status != 200:
-                        errors.append(f"HTTP {status}: {body[:200]!r}")
-                    latencies.append(t1 - t0)
-                    if t0 - at > 0.010:
-                        state["late"] += 1
-
-    workers = [threading.Thread(target=worker) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} queries failed; first: {errors[0]}")
-    return {"latencies": latencies, "late": state["late"]}
 
 
 def class_tokens(tulip: Tulip, cls: str) -> float:

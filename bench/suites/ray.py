@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.harness import inputs, plots
+from bench.harness.isolation_load import query_load
 from bench.harness.results import table
 from bench.harness.stack import Stack
 from bench.harness.timing import Stats, ratio, scaled
 from bench.suites.bulk import _command, documents
-from bench.suites.isolation import query_load
 
 TITLE = "Bulk embedding on Ray Data: actors against Ivy and engine-in-actor vs `tulip-rose embed` and " \
         "sentence-transformers"
