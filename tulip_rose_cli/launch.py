@@ -106,11 +106,12 @@ class Tulip(Process):
     DEFAULTS = {"cpu_fast_path": "false", "cpu_bf16": "false"}
 
     def __init__(self, model_dir: str | None = None, *, port: int | None = None, log_dir: Path,
-                 env: dict[str, str] | None = None, timeout: float = 120.0, **flags):
+                 env: dict[str, str] | None = None, timeout: float = 120.0, host: str = "127.0.0.1", **flags):
+        self.host = host
         self.port = port or free_port()
         self.metrics_port = int(flags.pop("metrics_port", 0)) or free_port()
         self.model_dir = model_dir or default_model_dir()
-        cmd = tulip_command(self.model_dir, host="127.0.0.1", port=self.port, metrics_port=self.metrics_port,
+        cmd = tulip_command(self.model_dir, host=host, port=self.port, metrics_port=self.metrics_port,
                             **{**self.DEFAULTS, **flags})
         # Stubs that cannot import (missing, or generated for a newer
         # grpcio/protobuf) would make every readiness probe fail until the
@@ -123,15 +124,15 @@ class Tulip(Process):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def metrics(self) -> str:
         """The Prometheus text of /metrics."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+        with urllib.request.urlopen(f"http://{self.host}:{self.metrics_port}/metrics", timeout=5) as r:
             return r.read().decode()
 
     def metric(self, name: str) -> float:

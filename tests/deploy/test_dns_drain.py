@@ -36,12 +36,7 @@ class TulipAt(Tulip):
     """A Tulip replica on a chosen loopback address (a pod IP, here)."""
 
     def __init__(self, host: str, port: int, **kw):
-        self.host = host
         super().__init__(port=port, host=host, **kw)
-
-    @property
-    def target(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 class DnsIvy(Ivy):
