@@ -166,7 +166,9 @@ impl ApiError {
             }
             Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
             Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
-            Self::ModelNotFound(_) | Self::RouteNotFound(_) => (StatusCode::NOT_FOUND, "Validation"),
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) => {
+                (StatusCode::NOT_FOUND, "Validation")
+            }
             Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "Validation"),
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             Self::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "Overloaded"),

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use proto::tulip::v1::Timing;
 
-use crate::event;
 use crate::error::TulipError;
+use crate::event;
 use crate::metrics::Metrics;
 use crate::output::{rows_for, Accumulator};
 use crate::queue::{InFlight, Pool, SeqRef};

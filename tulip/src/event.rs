@@ -182,7 +182,10 @@ mod tests {
         assert!(sim_event::tests::now_ns() >= slot.end());
         let failed = sim_event::tests::Slot::new(0, true, 700);
         let e = wait(failed.handle()).unwrap_err();
-        assert!(e.is_fatal() && e.to_string().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{e}");
+        assert!(
+            e.is_fatal() && e.to_string().contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "{e}"
+        );
         let hung = sim_event::tests::Slot::new(0, false, 0); // rows never written
         let e = wait_for(hung.handle(), Duration::from_millis(5)).unwrap_err();
         assert!(matches!(e, WaitError::Timeout(_)) && e.is_fatal());

@@ -12,6 +12,7 @@ mod event;
 mod frames;
 mod metrics;
 mod metrics_http;
+mod model;
 mod output;
 mod pace;
 mod priority;
@@ -141,7 +142,9 @@ fn wait_event(py: Python<'_>, handle: usize, timeout_s: Option<f64>) -> PyResult
     let timeout = timeout_s.map_or_else(event::default_timeout, Duration::from_secs_f64);
     py.detach(|| event::wait_for(handle, timeout))
         .map_err(|e| match e {
-            event::WaitError::Timeout(_) => pyo3::exceptions::PyTimeoutError::new_err(e.to_string()),
+            event::WaitError::Timeout(_) => {
+                pyo3::exceptions::PyTimeoutError::new_err(e.to_string())
+            }
             _ => pyo3::exceptions::PyRuntimeError::new_err(e.to_string()),
         })
 }

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use proto::tulip::v1::{Dtype, EmbedResponse};
 
-use crate::engine::Kind;
+use crate::model::Kind;
 
 /// How many engine rows a sequence of `len` tokens gets.
 pub fn rows_for(kind: Kind, len: usize) -> usize {

@@ -21,8 +21,9 @@ use proto::tulip::v1::EmbedResponse;
 use tokio::sync::oneshot;
 
 use crate::backlog::{self, Backlog};
-use crate::engine::{Kind, LazyOutput};
+use crate::engine::LazyOutput;
 use crate::error::TulipError;
+use crate::model::Kind;
 use crate::output::Accumulator;
 use crate::pace::Pace;
 use crate::priority::{self, Class};

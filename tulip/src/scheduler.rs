@@ -14,9 +14,10 @@ use std::time::Instant;
 use pyo3::Python;
 
 use crate::completion;
-use crate::engine::{keep_thread_state, EngineHandle, HostBatch, Kind, LazyOutput};
+use crate::engine::{keep_thread_state, EngineHandle, HostBatch, LazyOutput};
 use crate::error::TulipError;
 use crate::metrics::{ClassLabel, Metrics, ModeLabel};
+use crate::model::Kind;
 use crate::priority::Class;
 use crate::queue::{InFlight, Pool, SeqRef, Work};
 
@@ -110,7 +111,11 @@ pub fn launch(
                         // The completion thread is gone (shutdown): fail and free.
                         let step = unsent.0;
                         fail(&step.seqs, "server is shutting down");
-                        pool.finish_step(&step.seqs, Some(step.output), Some((step.on_device, false)));
+                        pool.finish_step(
+                            &step.seqs,
+                            Some(step.output),
+                            Some((step.on_device, false)),
+                        );
                     }
                 }
             }

@@ -20,8 +20,9 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::config::ServeConfig;
-use crate::engine::{EngineHandle, ModelInfo};
+use crate::engine::EngineHandle;
 use crate::metrics::Metrics;
+use crate::model::ModelInfo;
 use crate::queue::Pool;
 use crate::service::{ServiceState, TulipService};
 use crate::validate::Limits;
@@ -240,7 +241,9 @@ impl Listeners {
         let grpc = runtime
             .block_on(tokio::net::TcpListener::bind(addr))
             .map_err(|e| {
-                PyOSError::new_err(format!("cannot listen on {addr} (--port): {e}; pass another --port"))
+                PyOSError::new_err(format!(
+                    "cannot listen on {addr} (--port): {e}; pass another --port"
+                ))
             })?;
         let unix = match &config.unix_socket {
             None => None,
@@ -248,7 +251,9 @@ impl Listeners {
                 // A socket file left by a process that died is in the way.
                 let _ = std::fs::remove_file(path);
                 Some(tokio::net::UnixListener::bind(path).map_err(|e| {
-                    PyOSError::new_err(format!("cannot listen on unix socket {path} (--unix-socket): {e}"))
+                    PyOSError::new_err(format!(
+                        "cannot listen on unix socket {path} (--unix-socket): {e}"
+                    ))
                 })?)
             }
         };

@@ -12,9 +12,10 @@ use tonic::{Request, Response, Status};
 
 use tracing::Instrument;
 
-use crate::engine::{EngineHandle, ModelInfo};
+use crate::engine::EngineHandle;
 use crate::error::TulipError;
 use crate::metrics::{ClassLabel, Code, Metrics};
+use crate::model::ModelInfo;
 use crate::priority::Class;
 use crate::queue::{Pool, Submitted};
 use crate::scheduler::{self, Delivery};

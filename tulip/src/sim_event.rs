@@ -39,9 +39,11 @@ fn now_ns() -> i64 {
 /// owner, the step's LazyTensor, is kept until the wait returns).
 pub unsafe fn query(handle: usize) -> Result<bool, i32> {
     let slot = (handle & !TAG) as *const AtomicI64;
+    // SAFETY: the caller's contract: the slot's two words are alive.
     // Acquire: the rows written before the state word are visible after it.
-    let state = (*slot.add(1)).load(Ordering::Acquire);
-    if state & 1 == 0 || now_ns() < (*slot).load(Ordering::Relaxed) {
+    let state = unsafe { (*slot.add(1)).load(Ordering::Acquire) };
+    // SAFETY: as above.
+    if state & 1 == 0 || now_ns() < unsafe { (*slot).load(Ordering::Relaxed) } {
         return Ok(false);
     }
     match (state >> 1) as i32 {
@@ -109,7 +111,11 @@ pub mod tests {
             s.write(0);
             assert_eq!(query(s.handle()), Ok(false), "not before its end");
             let written_late = Slot::new(now_ns() - 1, false, 0);
-            assert_eq!(query(written_late.handle()), Ok(false), "not before its rows");
+            assert_eq!(
+                query(written_late.handle()),
+                Ok(false),
+                "not before its rows"
+            );
             written_late.write(0);
             assert_eq!(query(written_late.handle()), Ok(true));
             let failed = Slot::new(now_ns() - 1, true, 400);

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use proto::tulip::v1::EmbedRequest;
 
-use crate::engine::{Kind, ModelInfo};
 use crate::error::TulipError;
+use crate::model::{Kind, ModelInfo};
 use crate::output::Accumulator;
 use crate::priority::Class;
 use crate::queue::{Progress, Reply, Request};

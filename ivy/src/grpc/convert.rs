@@ -1,5 +1,6 @@
 //! Between the wire's messages and the pipeline's types: the caller's
-//! deadline, truncation direction, priority, predict inputs, and timings.
+//! deadline, truncation direction, priority, predict inputs, scoring
+//! options, timings and the float embedding response.
 
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,7 @@ use proto::ivy::v1 as pb;
 use tonic::metadata::MetadataMap;
 
 use crate::error::ApiError;
-use crate::pipeline::{Inputs, Output, Priority};
+use crate::pipeline::{Inputs, Options, Output, Priority};
 
 /// The caller's `grpc-timeout` (e.g. `500m`, `2S`) as a deadline.
 pub fn client_deadline(meta: &MetadataMap) -> Option<Instant> {
@@ -77,6 +78,35 @@ pub fn timing(out: &Output, started: Instant) -> Option<pb::Timing> {
         queue_us: us(out.timing.queue),
         inference_us: us(out.timing.inference),
         total_us: us(started.elapsed()),
+    })
+}
+
+/// A float `EmbedResponse` for a pipeline output.
+pub fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
+    pb::EmbedResponse {
+        rows: out.sequences as u32,
+        dim: out.dim as u32,
+        data: out.data().clone(),
+        prompt_tokens: out.tokens,
+        timing: timing(out, started),
+        embedding_type: pb::EmbeddingType::Float as i32,
+    }
+}
+
+/// Rerank and predict take the same scoring options: truncation, raw
+/// scores and priority (no dimensions, normalization or prompt).
+pub fn score_options(
+    truncate: bool,
+    truncation_direction: i32,
+    raw_scores: bool,
+    priority_field: i32,
+) -> Result<Options, ApiError> {
+    Ok(Options {
+        truncate,
+        direction: direction(truncation_direction),
+        raw_scores,
+        priority: priority(priority_field)?,
+        ..Options::default()
     })
 }
 

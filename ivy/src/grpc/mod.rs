@@ -3,6 +3,7 @@
 //! in `error.rs`; the request id travels in `x-request-id` metadata.
 
 mod convert;
+mod embed;
 mod health;
 mod quantized;
 mod service;

@@ -13,10 +13,11 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
-use super::convert::{client_deadline, direction, predict_inputs, priority, timing};
+use super::convert::{client_deadline, predict_inputs, score_options, timing};
+use super::embed::{embed_dense, embed_job, failed, stream_message};
 use crate::error::ApiError;
 use crate::pipeline::tokens::{self, TokenizeJob};
-use crate::pipeline::{self, floats, predict, Inputs, Job, Kind, Options, Output};
+use crate::pipeline::{self, floats, predict, Inputs, Job, Kind};
 use crate::request::id::{model_label, RequestId, HEADER};
 use crate::state::AppState;
 use crate::upstream::pools::Pool;
@@ -89,146 +90,6 @@ impl IvyService {
             .api_key
             .check(meta.get("authorization").map(|v| v.as_bytes()));
         (id, auth)
-    }
-}
-
-/// Records a failed call's metric; returns its code and the message its
-/// caller sees (logged in `span` when the failure is on the server side).
-fn failed(
-    state: &AppState,
-    endpoint: &'static str,
-    model: std::sync::Arc<str>,
-    e: &ApiError,
-    id: &RequestId,
-    span: &tracing::Span,
-) -> (tonic::Code, String) {
-    let code = e.grpc_code();
-    state
-        .metrics
-        .request("grpc", endpoint, model, format!("{code:?}"), Some(e.kind()));
-    (code, span.in_scope(|| e.client_message(Some(id))))
-}
-
-fn embed_response(out: &Output, started: Instant) -> pb::EmbedResponse {
-    pb::EmbedResponse {
-        rows: out.sequences as u32,
-        dim: out.dim as u32,
-        data: out.data().clone(),
-        prompt_tokens: out.tokens,
-        timing: timing(out, started),
-        embedding_type: pb::EmbeddingType::Float as i32,
-    }
-}
-
-async fn embed_job(
-    state: &AppState,
-    r: pb::EmbedRequest,
-    kind: fn(&Pool) -> Kind,
-    deadline: Instant,
-) -> Result<Output, ApiError> {
-    let (pool, _) = state.pool(r.model.as_deref())?;
-    let kind = kind(&pool);
-    if r.inputs.is_empty() {
-        return Err(ApiError::Empty("`inputs` must not be empty".into()));
-    }
-    let dense = kind == Kind::Dense;
-    let options = Options {
-        truncate: r.truncate,
-        direction: direction(r.truncation_direction),
-        dimensions: (dense && r.dimensions > 0).then_some(r.dimensions),
-        normalize: dense.then(|| r.normalize.unwrap_or(true)),
-        prompt_name: r.prompt_name,
-        raw_scores: false,
-        priority: priority(r.priority)?,
-        ..Options::default()
-    };
-    pipeline::run(
-        state,
-        Job {
-            pool,
-            kind,
-            inputs: Inputs::Texts(r.inputs),
-            field: "inputs",
-            options,
-        },
-        deadline,
-    )
-    .await
-}
-
-/// `Embed` (and each `EmbedStream` message): float vectors, or quantized
-/// as `embedding_type` asks (`quantized.rs`).
-async fn embed_dense(
-    state: &AppState,
-    r: pb::EmbedRequest,
-    deadline: Instant,
-    started: Instant,
-) -> Result<pb::EmbedResponse, ApiError> {
-    let (precision, ranges) = super::quantized::prepare(state, &r).await?;
-    let out = embed_job(state, r, |_| Kind::Dense, deadline).await?;
-    let mut reply = embed_response(&out, started);
-    super::quantized::apply(&mut reply, &out, precision, ranges.as_deref());
-    Ok(reply)
-}
-
-/// Rerank and predict take the same scoring options: truncation, raw
-/// scores and priority (no dimensions, normalization or prompt).
-fn score_options(
-    truncate: bool,
-    truncation_direction: i32,
-    raw_scores: bool,
-    priority_field: i32,
-) -> Result<Options, ApiError> {
-    Ok(Options {
-        truncate,
-        direction: direction(truncation_direction),
-        raw_scores,
-        priority: priority(priority_field)?,
-        ..Options::default()
-    })
-}
-
-/// One `EmbedStream` message: the unary `Embed` pipeline under its own
-/// request id (`<stream id>/<n>`) and span (a child of the stream's), its
-/// failure folded into the response.
-async fn stream_message(
-    state: AppState,
-    stream: tracing::Span,
-    stream_id: RequestId,
-    n: u64,
-    r: pb::EmbedRequest,
-) -> pb::EmbedStreamResponse {
-    use pb::embed_stream_response::Result as Answer;
-    let id = RequestId::from_caller(Some(format!("{stream_id}/{n}").as_bytes()));
-    let span = tracing::info_span!(parent: &stream, "request", id = %id, rpc = "embed_stream",
-        tokens = tracing::field::Empty);
-    let started = Instant::now();
-    let deadline = state.deadline();
-    let (result, model) = id
-        .clone()
-        .scope(async {
-            let result = embed_dense(&state, r, deadline, started).await;
-            (result, model_label())
-        })
-        .instrument(span.clone())
-        .await;
-    let answer = match result {
-        Ok(reply) => {
-            state
-                .metrics
-                .request("grpc", "embed_stream", model, "OK".into(), None);
-            Answer::Embedding(reply)
-        }
-        Err(e) => {
-            let (code, message) = failed(&state, "embed_stream", model, &e, &id, &span);
-            Answer::Error(pb::StreamError {
-                code: code as i32,
-                message,
-            })
-        }
-    };
-    pb::EmbedStreamResponse {
-        result: Some(answer),
     }
 }
 

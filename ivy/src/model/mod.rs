@@ -87,7 +87,12 @@ impl ServedModel {
                     return Err(format!(
                         "it serves model {} (dimension {}), the others {} (dimension {}); \
                          restart it with {}, or restart Ivy to serve {}",
-                        info.model_id, info.dimension, m.model_id, m.dimension, m.model_id, info.model_id
+                        info.model_id,
+                        info.dimension,
+                        m.model_id,
+                        m.dimension,
+                        m.model_id,
+                        info.model_id
                     ));
                 }
                 if m.tokenizer_sha256 != info.tokenizer_sha256 {

@@ -183,9 +183,10 @@ pub async fn ranges(
         let pending = calibrations.corpus(|| {
             let (state, pool) = (Arc::clone(state), Arc::clone(pool));
             // Its own task: a request that times out does not cancel it.
-            let task = tokio::spawn(async move {
-                calibrate(&state, pool).await.map_err(|e| e.to_string())
-            });
+            let task =
+                tokio::spawn(
+                    async move { calibrate(&state, pool).await.map_err(|e| e.to_string()) },
+                );
             async move {
                 task.await
                     .unwrap_or_else(|e| Err(format!("the calibration task failed: {e}")))

@@ -69,7 +69,8 @@ impl Client {
         let header = |name: &str| -> Option<f64> {
             head.lines().find_map(|l| {
                 let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim().parse().ok())?
+                k.eq_ignore_ascii_case(name)
+                    .then(|| v.trim().parse().ok())?
             })
         };
         Ok((

@@ -18,19 +18,24 @@ struct Counting;
 static LIVE: AtomicI64 = AtomicI64::new(0);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+// SAFETY: every method forwards to the system allocator with the same
+// arguments; counting touches no memory it hands out.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as i64, Ordering::Relaxed);
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on unchanged.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as i64, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on unchanged.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as i64 - l.size() as i64, Ordering::Relaxed);
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on unchanged.
         unsafe { System.realloc(p, l, new) }
     }
 }
