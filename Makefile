@@ -4,7 +4,9 @@
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
-PIP := $(VENV)/bin/pip
+# `python -m pip`: a virtualenv copied or moved (a CI cache) still installs
+# into itself, where bin/pip's shebang would name the old path.
+PIP := $(PY) -m pip
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
@@ -65,10 +67,17 @@ test-rust:
 test-python:
 	$(PY) -m pytest -q tests
 
-## lint: checks that read the code: no import cycle in any Rust crate or
-## between the Python packages (tests/test_import_cycles.py; also in make test)
-lint:
-	$(PY) -m pytest -q tests/test_import_cycles.py
+## lint: the gates that read the code (CI runs them, .ci/run): rustfmt,
+## clippy with every warning an error (the workspace lints in Cargo.toml),
+## ruff (pyflakes, import order, bugbear; pyproject.toml), mypy on the
+## shipped Python packages, no import cycle in any Rust crate or between the
+## Python packages, the architecture trees, every test asserting something
+lint: $(VENV)/.deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(PY) -m pytest -q tests/test_import_cycles.py tests/test_architecture.py tests/test_every_test_asserts.py
 
 ## bench: the CPU benchmark suite with its in-run baselines (bench/README.md);
 ## writes bench/results/<date>-<machine>/. Infinity is optional: without it

@@ -45,7 +45,7 @@ def scoring(tulip, hf, shape: Shape, length: int, batches: list[int], rounds: in
         for b in batches:
             seqs = [token_ids(shape, length, seed=1000 + k) for k in range(b)]
             req, h = c.request(seqs), hf_step(hf, shape, seqs, device)
-            lat = interleave({"tulip": lambda i: c.stub.Embed(req), "transformers eager": lambda i: h()},
+            lat = interleave({"tulip": lambda i, req=req: c.stub.Embed(req), "transformers eager": lambda i, h=h: h()},
                              rounds, warmup=3, seed=b)
             out[str(b)] = {k: Stats.of(v).to_dict() for k, v in lat.items()}
     return out

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import html
 import re
-import zlib
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 

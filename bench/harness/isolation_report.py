@@ -69,7 +69,7 @@ def markdown(d: dict) -> str:
     p = d["params"]
     sc = d["scenarios"]
     rows = []
-    for name, s in sc.items():
+    for s in sc.values():
         q, b = s["queries"], s.get("batch", {})
         t = s.get("queries_in_tulip", {})
         rows.append([s["label"], q["count"], ci(q, "p50"), ci(q, "p99"), ci(q, "p99_9"),
@@ -129,7 +129,6 @@ def plot(d: dict, path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import LogLocator, ScalarFormatter
 
     raw = d["raw"]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity, Unavailable, infinity_version
 from bench.harness import gate, inputs
+from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity, Unavailable, infinity_version
 from bench.harness.httpclient import HttpClient
 from tulip_rose_cli.launch import Ivy, Tulip, default_model_dir
 

@@ -75,7 +75,7 @@ def interleave(sides: dict[str, Callable[[int], object]], rounds: int, warmup: i
             for j in range(settle):
                 fn(i * block + j)
             for j in range(block):
-                out[name].append(timed(lambda: fn(i * block + j)))
+                out[name].append(timed(lambda fn=fn, k=i * block + j: fn(k)))
     return out
 
 

@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                 cos = F.cosine_similarity(e.embed(seqs), want, dim=-1).min().item()
                 if cos < 0.999:
                     raise SystemExit(f"{model_name} {w} ({a}): ROSE and transformers disagree (min cosine {cos:.5f})")
-            fns = {"transformers": lambda: padded(seqs)}
-            fns.update({a: (lambda e=e: e.embed(seqs)) for a, e in engines.items()})
+            fns = {"transformers": lambda padded=padded, seqs=seqs: padded(seqs)}
+            fns.update({a: (lambda e=e, seqs=seqs: e.embed(seqs)) for a, e in engines.items()})
             ms = time_all(fns, args.reps)
             hf = statistics.median(ms["transformers"])
             tokens, padded_tokens = sum(lengths), len(lengths) * max(lengths)

@@ -15,8 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.gpu.loadgen import Loadgen, grpc_input, http_input
-from bench.harness import flamegraph
-from bench.harness import inputs
+from bench.harness import flamegraph, inputs
 from bench.sim.cpu import CpuMeter
 from bench.sim.latency import token_ids
 from bench.sim.replicas import device_ms, now_ns, window

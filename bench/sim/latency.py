@@ -90,12 +90,12 @@ def online(tulip, log: Path, ivy, model_dir: str, lengths: list[int], rounds: in
         seqs = [token_ids(n, seed=n + k) for k in range(4)]
         t0 = now_ns()
         tul = _timed(lg, "grpc", tulip.target, grpc_input([[s] for s in seqs]), [1], rounds,
-                     lambda: _python_grpc(tulip, [[s] for s in seqs], rounds))
+                     lambda seqs=seqs: _python_grpc(tulip, [[s] for s in seqs], rounds))
         t1 = now_ns()
         texts = [inputs.text_of_tokens(model_dir, n, start=7 * k) for k in range(4)]
         t2 = now_ns()
         via_ivy = _timed(lg, "http", f"127.0.0.1:{ivy.port}", http_input([{"input": t} for t in texts]), [1],
-                         rounds, lambda: _python_http(ivy.port, [{"input": t} for t in texts], rounds))
+                         rounds, lambda texts=texts: _python_http(ivy.port, [{"input": t} for t in texts], rounds))
         t3 = now_ns()
         d_tulip, d_ivy = device_ms(window(log, t0, t1)), device_ms(window(log, t2, t3))
         out[str(n)] = {"tulip": {**tul["1"], **_added(tul["1"], d_tulip)},
@@ -114,7 +114,7 @@ def scoring(tulip, log: Path, length: int, batches: list[int], rounds: int, lg: 
         seqs = [token_ids(length, seed=1000 + k) for k in range(b)]
         t0 = now_ns()
         stats = _timed(lg, "grpc", tulip.target, grpc_input([seqs]), [1], rounds,
-                       lambda: _python_grpc(tulip, [seqs], rounds, warmup))["1"]
+                       lambda seqs=seqs: _python_grpc(tulip, [seqs], rounds, warmup))["1"]
         steps = window(log, t0, now_ns())
         per_request = sum(s["end"] - s["start"] for s in steps) / 1e6 / (rounds + warmup)
         out[str(b)] = {**stats, **_added(stats, per_request), "steps_per_request": len(steps) / (rounds + warmup)}

@@ -8,8 +8,8 @@ import statistics
 
 from bench.gpu.loadgen import Loadgen, http_input
 from bench.harness.clients import grpc_clients
-from bench.sim.latency import token_ids
 from bench.sim.cpu import CpuMeter
+from bench.sim.latency import token_ids
 from bench.sim.replicas import busy, now_ns, window
 from rose.sim import overlapping
 
@@ -154,8 +154,8 @@ def isolation(model_dir, work, cost: str, rounds: int, seconds: float, query_rat
     cost model (``roofline`` or ``published``): a Tulip per scenario behind
     its own Ivy, each with its own device log. Returns the data, the
     markdown and the correctness gates."""
-    from bench.suites import isolation as iso
     from bench.sim.replicas import Fleet
+    from bench.suites import isolation as iso
     from rose.sim.cost import MODELS
 
     scenarios = scenarios or iso.SCENARIOS

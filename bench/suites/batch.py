@@ -12,8 +12,8 @@ import random
 import time
 from pathlib import Path
 
-from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import inputs, metrics, plots
+from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness.clients import http_clients
 from bench.harness.httpclient import HttpClient
 from bench.harness.profiling import PerfRecord, perf_table

@@ -5,8 +5,8 @@ Infinity at the same levels in the same run as the baseline."""
 
 from __future__ import annotations
 
-from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import inputs
+from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness.clients import http_clients
 from bench.harness.httpclient import HttpClient
 from bench.harness.results import table

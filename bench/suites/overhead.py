@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness.baseline_servers import FastApiBaseline
 from bench.harness import affinity, gate, inputs, metrics
+from bench.harness.baseline_servers import FastApiBaseline
 from bench.harness.httpclient import HttpClient
 from bench.harness.profiling import profile_step
 from bench.harness.results import REPO, table

@@ -10,8 +10,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness import inputs, metrics, plots
+from bench.harness.baseline_servers import INFINITY_MODEL_NAME, Infinity
 from bench.harness.httpclient import HttpClient
 from bench.harness.profiling import PerfRecord, perf_table
 from bench.harness.results import table
@@ -43,8 +43,9 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     ivy_reqs = [ivy_c.prepare(IVY_PATH, {"input": t}) for t in texts]
     prepared = [bare.prepare([stack.ids(t)]) for t in texts]
     n = len(texts)
+    ivy_send = _checked(ivy_c)
     sides = {
-        "ivy": lambda i, send=_checked(ivy_c): send(ivy_reqs[i % n]),
+        "ivy": lambda i, send=ivy_send: send(ivy_reqs[i % n]),
         "sentence-transformers": lambda i: st.encode(texts[i % n]),
         "transformers forward": lambda i: bare.forward(prepared[i % n]),
     }
@@ -55,7 +56,8 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         inf_c = HttpClient("127.0.0.1", inf.port)
         clients.append(inf_c)
         inf_reqs = [inf_c.prepare(Infinity.PATH, {"input": t, "model": INFINITY_MODEL_NAME}) for t in texts]
-        sides["infinity"] = lambda i, send=_checked(inf_c): send(inf_reqs[i % n])
+        inf_send = _checked(inf_c)
+        sides["infinity"] = lambda i, send=inf_send: send(inf_reqs[i % n])
 
     interleave(sides, warmup, 0)
     before = metrics.parse(stack.tulip().metrics())

@@ -75,7 +75,7 @@ def run(stack: Stack, docs: int = 20000, batch_size: int = 256, query_rate: floa
     src = work / "docs.txt"
     src.write_text("".join(t + "\n" for t in texts), encoding="utf-8")
 
-    want = st.encode(texts[:256], batch_size=32)  # warm-up, and the reference of the deviation
+    st.encode(texts[:256], batch_size=32)  # warm-up (the reference is the timed encode below)
     rates: dict[str, float] = {}
     deviation: dict[str, float] = {}
     load: dict[str, float] = {}  # the shared machine's 1-minute load average as each side ended

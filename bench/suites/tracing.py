@@ -13,7 +13,6 @@ Each side has its own Tulip replica, so "on" exports from both services."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 

@@ -96,7 +96,7 @@ def _cmdline(proc: Path) -> str:
 
 
 def test_graph_configurations_fall_in_the_buckets_of_the_charts_batches():
-    from bench.gpu.run import Sizes, graph_configurations
+    from bench.gpu.sizes import Sizes, graph_configurations
     from rose.step.graphs import GraphKey, GraphSettings
 
     settings, sizes = GraphSettings(), Sizes(dry=False)
@@ -117,7 +117,7 @@ def test_the_captured_configurations_run_on_the_static_path(tmp_path):
     """What Tulip's --capture does with the list, on the CPU's static path
     (same dispatcher and buckets, no graph): every configuration the
     model's length allows is accepted and warmed up then captured."""
-    from bench.gpu.run import Sizes, fitting, graph_configurations
+    from bench.gpu.sizes import Sizes, fitting, graph_configurations
     from bench.harness.tiny_models import tiny_bert
     from rose import Engine
     from rose.step.graphs import GraphSettings, State

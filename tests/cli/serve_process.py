@@ -111,7 +111,7 @@ class Serve:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill_all()
-            raise AssertionError(f"serve did not exit in {timeout}s:\n{self.log()[-4000:]}")
+            raise AssertionError(f"serve did not exit in {timeout}s:\n{self.log()[-4000:]}") from None
 
     def kill_all(self) -> None:
         """Test cleanup: whatever is left, gone."""

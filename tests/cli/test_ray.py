@@ -31,7 +31,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 from bench.harness import tiny_models as models  # noqa: E402
 from bench.harness.fixtures import corpus_lines  # noqa: E402
 from tests.support.servers import REPO, Ivy, Tulip, free_port, wait_for  # noqa: E402
-from tulip_rose_cli.ray import BadRow, IvyEmbedder, RoseEmbedder  # noqa: E402
+from tulip_rose_cli.ray import IvyEmbedder, RoseEmbedder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

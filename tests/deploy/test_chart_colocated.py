@@ -11,8 +11,7 @@ import kubernetes_validate
 import pytest
 
 from tests.deploy.test_chart_render import KUBE_VERSIONS
-from tests.deploy.tools import (CHART, GPU_PROFILE, KUBE_VERSION, REPO, by_kind, container, env, helm, one,
-                                render)
+from tests.deploy.tools import CHART, GPU_PROFILE, KUBE_VERSION, REPO, by_kind, container, env, helm, one, render
 
 ON = {"tulip.colocatedIvy.enabled": True}
 SOCKET = "/run/tulip/tulip.sock"

@@ -11,8 +11,19 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.tools import (CHART, COMPOSE_FILE, GPU_PROFILE, KUBE_VERSION, REPO, by_kind, container, env,
-                                helm, one, render)
+from tests.deploy.tools import (
+    CHART,
+    COMPOSE_FILE,
+    GPU_PROFILE,
+    KUBE_VERSION,
+    REPO,
+    by_kind,
+    container,
+    env,
+    helm,
+    one,
+    render,
+)
 
 # The oldest Kubernetes the chart supports and the newest the validator knows.
 KUBE_VERSIONS = [KUBE_VERSION, kubernetes_validate.latest_version()]

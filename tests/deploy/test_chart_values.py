@@ -15,8 +15,7 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-from tests.deploy.tools import (CHART, GPU_PROFILE, KUBE_VERSION, container, env, helm, one, render,
-                                values_file)
+from tests.deploy.tools import CHART, GPU_PROFILE, KUBE_VERSION, container, env, helm, one, render, values_file
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 

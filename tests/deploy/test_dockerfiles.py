@@ -17,7 +17,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.deploy.tools import CHART, COMPOSE_FILE, REPO, container, env, one
+from tests.deploy.tools import CHART, COMPOSE_FILE, REPO
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -9,8 +9,6 @@ import re
 import signal
 from pathlib import Path
 
-import pytest
-
 from tests.deploy.tools import one, render, values_file
 from tests.support.servers import Ivy, free_port, wait_for
 

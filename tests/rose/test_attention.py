@@ -15,7 +15,13 @@ import pytest
 import torch
 
 from rose.attention import (
-    DEFAULT_ORDER, AttnShape, SelectingBackend, SelectionTable, available_backends, get_backend, select_backend,
+    DEFAULT_ORDER,
+    AttnShape,
+    SelectingBackend,
+    SelectionTable,
+    available_backends,
+    get_backend,
+    select_backend,
 )
 from rose.attention.sdpa import SdpaBackend
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rose.step.graphs import Action, Dispatcher, GraphKey, GraphSettings, State
 from rose.interface import OutputKind
+from rose.step.graphs import Action, Dispatcher, GraphKey, GraphSettings, State
 
 DENSE = OutputKind.DENSE
 

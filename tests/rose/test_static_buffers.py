@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rose import Batch, Engine, OutputKind
-from rose.step.graphs import State
 from rose.interface import Layout
+from rose.step.graphs import State
 from rose.step.inputs import repack, resolve_defaults, step_inputs
 
 

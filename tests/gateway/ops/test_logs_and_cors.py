@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import urllib.request
 
-
 from tests.support.servers import Ivy, Tulip
 
 SECRET_TEXT = "a-body-text-that-must-never-reach-a-log-line"
