@@ -42,7 +42,10 @@ class ModelRef:
     @property
     def name(self) -> str:
         """The id a server reports (the Hub id, or the directory's name)."""
-        return self.repo_id if self.repo_id else self.path.name  # type: ignore[union-attr]
+        if self.repo_id:
+            return self.repo_id
+        assert self.path is not None  # parse() sets one of the two
+        return self.path.name
 
 
 # Files a model directory holds: an argument naming one meant its directory.
@@ -80,7 +83,8 @@ def resolve(model: str) -> tuple[Path, str]:
     if ref.path is not None:
         return ref.path, ref.name
     try:
-        return download(ref.repo_id, ref.revision), ref.name  # type: ignore[arg-type]
+        assert ref.repo_id is not None  # parse() sets one of the two
+        return download(ref.repo_id, ref.revision), ref.name
     except ModelLoadError as e:
         if "/" not in model:
             raise
@@ -159,9 +163,9 @@ def _root_cause(e: BaseException) -> str:
     while (nxt := e.__cause__ or e.__context__) is not None and id(nxt) not in seen:
         seen.add(id(nxt))
         e = nxt
-    return _first_line(e)  # type: ignore[arg-type]
+    return _first_line(e)
 
 
-def _first_line(e: Exception) -> str:
+def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__

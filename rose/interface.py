@@ -147,17 +147,19 @@ class Batch:
                  resolved: bool = False):
         if arena.dtype != torch.int32 or arena.numel() < layout.size:
             raise ValueError(f"arena must be int32 with at least {layout.size} words")
-        self._arena = arena
+        # One of _arena and _np is always set: the other is made from it on use.
+        self._arena: torch.Tensor | None = arena
         self.layout = layout
         self.kind = OutputKind(kind)
         self.resolved = resolved
-        self._np = None
-        self._lengths = None
+        self._np: np.ndarray | None = None
+        self._lengths: list[int] | None = None
 
     @property
     def arena(self) -> torch.Tensor:
         """The arena as an int32 tensor (made once, sharing the memory)."""
         if self._arena is None:
+            assert self._np is not None
             self._arena = torch.from_numpy(self._np)
         return self._arena
 
@@ -165,6 +167,7 @@ class Batch:
         """The arena as NumPy (a view, made once): host-side work on small
         arrays is cheaper in NumPy."""
         if self._np is None:
+            assert self._arena is not None
             self._np = self._arena.numpy()
         return self._np
 
@@ -225,7 +228,7 @@ class Batch:
         batch._np = np.frombuffer(arena, dtype=np.int32)
         batch._arena = None
         batch.layout = _layout(sequences, tokens, None)
-        batch.kind = _KINDS.get(kind) or OutputKind(kind)  # type: ignore[call-overload]
+        batch.kind = _KINDS.get(kind) or OutputKind(kind)
         batch.resolved = True
         batch._lengths = None
         if batch._np.size < batch.layout.size:

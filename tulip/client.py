@@ -178,7 +178,8 @@ class TulipClient:
         import grpc
 
         self.pb2, grpc_mod = load_stubs("tulip")
-        opts = [("grpc.max_receive_message_length", 512 << 20), ("grpc.max_send_message_length", 512 << 20)]
+        opts: list[tuple[str, int | str]] = [("grpc.max_receive_message_length", 512 << 20),
+                                             ("grpc.max_send_message_length", 512 << 20)]
         if target.startswith("unix:"):
             # grpc-core would send the socket path as :authority, which
             # Tulip's HTTP/2 server refuses as malformed.
@@ -226,6 +227,7 @@ class TulipClient:
 def decode(resp) -> Output:
     kind = {v: k for k, v in KINDS.items()}[resp.kind]
     data = np.frombuffer(resp.data, dtype="<f4")
+    values: np.ndarray | list  # one array, or one entry per sequence (Output.values)
     if kind in ("dense", "score", "classify"):
         values = data.reshape(resp.rows, resp.dim)
     elif kind in ("multi_vector", "token_states"):

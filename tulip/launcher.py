@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 # Flag parsing shared with Ivy's habits (booleans, env variables).
 from .flags import Parser, parse_auto_bool, parse_bool
@@ -77,8 +78,8 @@ class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         import json
 
-        out = {"timestamp": self.formatTime(record), "level": record.levelname, "target": record.name,
-               "fields": {"message": record.getMessage()}}
+        out: dict[str, Any] = {"timestamp": self.formatTime(record), "level": record.levelname,
+                               "target": record.name, "fields": {"message": record.getMessage()}}
         if record.exc_info:
             out["fields"]["error"] = self.formatException(record.exc_info)
         return json.dumps(out)
@@ -288,6 +289,7 @@ def _load_engine(args, model: str, log):
         torch.set_num_threads(args.threads)
     try:
         settings = GraphSettings(max_tokens=args.graph_max_tokens, max_sequences=args.graph_max_sequences)
+        engine: Engine  # a SimEngine on the simulated device
         if args.device == "sim":
             from rose.sim import SimEngine, SimSettings
 

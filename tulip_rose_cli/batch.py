@@ -27,7 +27,8 @@ def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> C
     outputs, kept, tokens = [], [], 0
     if good:
         body = request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority)
-        got, rejected, tokens = ivy.embed_rows(kind, [r.text for r in good], body)
+        texts = [r.text for r in good if r.text is not None]  # all of them: the check narrows the type
+        got, rejected, tokens = ivy.embed_rows(kind, texts, body)
         for i, (r, out) in enumerate(zip(good, got)):
             if i in rejected:
                 errors.append(_error(r, rejected[i]))

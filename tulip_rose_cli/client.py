@@ -181,6 +181,7 @@ class Ivy:
         headers, data = self.request("POST", path, payload)
         body = json.loads(data)
         tokens = int(headers.get("x-compute-tokens", 0) or 0)
+        rows: list  # per input: a vector, an (indices, values) pair or a matrix (Embedded.rows)
         if kind == "dense":
             items = sorted(body["data"], key=lambda d: d["index"])
             rows = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in items]

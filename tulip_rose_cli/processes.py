@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import IO, Any, Callable
 
 # Log lines of a forwarded child kept to explain its exit.
 TAIL_LINES = 40
@@ -105,7 +105,9 @@ class Process:
         full_env = {k: v for k, v in os.environ.items() if k not in unset}
         full_env.update(env or {})
         self.log_path: Path | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
+        out: int | IO[bytes]
+        stdin: int | None
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
             self.log_path = log_dir / f"{name}-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -114,7 +116,7 @@ class Process:
         else:
             out, stdin = subprocess.PIPE, subprocess.DEVNULL
         # process_group is Python 3.11's: asked only by serve, as before.
-        group = {"process_group": 0} if own_group else {}
+        group: dict[str, Any] = {"process_group": 0} if own_group else {}
         self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.STDOUT, env=full_env,
                                      preexec_fn=preexec, **group)
         _LIVE.add(self)
@@ -126,10 +128,10 @@ class Process:
     def forward(self) -> None:
         """Starts handing the child's output lines to ``on_line``."""
         def run():
-            for raw in self.proc.stdout:  # type: ignore[union-attr]
+            for raw in self.proc.stdout:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 self.tail.append(line)
-                self._on_line(line)  # type: ignore[misc]
+                self._on_line(line)
 
         self.reader = threading.Thread(target=run, name=f"log-{self.name}", daemon=True)
         self.reader.start()
@@ -144,7 +146,8 @@ class Process:
         """What the child printed: its log file, or the last lines kept."""
         if self._log is not None:
             self._log.flush()
-            return self.log_path.read_text(errors="replace")  # type: ignore[union-attr]
+            assert self.log_path is not None  # set with _log
+            return self.log_path.read_text(errors="replace")
         if self.reader is not None:
             self.reader.join(timeout=2)  # the pipe's last lines
         return "\n".join(self.tail) or "(no output)"

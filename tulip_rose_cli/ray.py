@@ -28,15 +28,20 @@ resumable work directory by the driver, so the output file is the same.
 from __future__ import annotations
 
 import abc
+import logging
 import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tulip_rose_cli import readers, writers
 from tulip_rose_cli.client import Ivy, Retry, request_options
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Output kinds by the names the command line uses, and the engine's names.
 _KINDS = {"dense": "dense", "sparse": "sparse", "multi-vector": "multi_vector", "multi_vector": "multi_vector"}
@@ -101,7 +106,7 @@ def _texts(table, column: str) -> tuple[list, list]:
     if column not in table.column_names:
         raise KeyError(f"the batch has no column {column!r}; its columns are {table.column_names}")
     texts = table.column(column).to_pylist()
-    reasons = []
+    reasons: list[str | None] = []
     for t in texts:
         if t is None:
             reasons.append("empty")
@@ -131,7 +136,7 @@ class _Embedder(abc.ABC):
         """Outputs of ``texts`` (None where a text is bad) and the reasons:
         through Ivy (IvyEmbedder) or the engine in the actor (RoseEmbedder)."""
 
-    def __call__(self, batch):
+    def __call__(self, batch) -> pa.Table:
         table = _table(batch)
         texts, reasons = _texts(table, self.column)
         good = [i for i, r in enumerate(reasons) if r is None]
@@ -232,10 +237,10 @@ class RoseEmbedder(_Embedder):
             raise ValueError(f"{path} has no tokenizer.json: Ivy could not serve it either")
         if dimensions is not None and not 0 < dimensions <= info.dimension:
             raise ValueError(f"dimensions must be in [1, {info.dimension}], not {dimensions}")
-        name = prompt_name or info.default_prompt_name
-        if name is not None and name not in info.prompts:
-            raise ValueError(f"prompt_name {name!r} is unknown; the model's prompts: {sorted(info.prompts)}")
-        self.prefix = info.prompts[name] if name is not None else ""
+        prompt = prompt_name or info.default_prompt_name
+        if prompt is not None and prompt not in info.prompts:
+            raise ValueError(f"prompt_name {prompt!r} is unknown; the model's prompts: {sorted(info.prompts)}")
+        self.prefix = info.prompts[prompt] if prompt is not None else ""
         # Two copies of the tokenizer: one that truncates as Ivy does (right
         # side, special tokens kept), one that does not, to count the tokens
         # of an input it must refuse.
@@ -265,12 +270,15 @@ class RoseEmbedder(_Embedder):
     def _embed(self, texts: list[str]) -> tuple[list, dict[int, str]]:
         outputs: list = [None] * len(texts)
         errors: dict[int, str] = {}
-        steps, step, tokens = [], [], 0
+        steps: list[list[tuple[int, list[int]]]] = []
+        step: list[tuple[int, list[int]]] = []
+        tokens = 0
         for i, text in enumerate(texts):
             ids, bad = self._ids(text)
             if bad:
                 errors[i] = bad
                 continue
+            assert ids is not None  # _ids gives the ids or why there are none
             if step and tokens + len(ids) > self.token_budget:
                 steps.append(step)
                 step, tokens = [], 0
@@ -347,8 +355,8 @@ def run_batches(run, work, todo, concurrency: int, address: str | None) -> None:
 
     if not ray.is_initialized():
         # No address: RAY_ADDRESS if set, else a local cluster.
-        extra = {} if address else {"include_dashboard": False}
-        ray.init(address=address, logging_level="WARNING", configure_logging=False, **extra)
+        ray.init(address=address, logging_level=logging.WARNING, configure_logging=False,
+                 include_dashboard=None if address else False)  # None: Ray's default
     # Sending is I/O: a fraction of a CPU per task lets `concurrency` of
     # them run on a small cluster. Worker deaths are retried (max_retries);
     # Ivy's answers are not exceptions Ray retries.

@@ -160,7 +160,8 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
         for i, record in enumerate(_records(reader, path)):
             line = start
             start = reader.line_num + 1
-            rid = num = row_number(i)
+            num = row_number(i)
+            rid: int | str | None = num  # the id column's text, where there is one
             if id_col is not None:
                 rid = record[id_col] if id_col < len(record) else None
                 if rid is None or check_text(rid) == "not UTF-8":

@@ -162,12 +162,13 @@ class Run:
     def store(self, k: int, n: int, chunk: Chunk, work: WorkDir) -> None:
         """Keeps batch ``k`` (``n`` rows) in the work directory."""
         work.write(k, chunk, KINDS[self.opts.kind], string_ids=bool(self.opts.id_column))
+        assert self.progress is not None  # run() makes it before the first batch
         self.progress.add(n, chunk.tokens, len(chunk.errors))
         if chunk.errors and self.opts.strict:
             self.strict_hit = True
             self.stop.set()
 
-    def _worker(self, jobs: queue.Queue, work: WorkDir) -> None:
+    def _worker(self, jobs: queue.Queue[tuple[int, list[readers.Row]] | None], work: WorkDir) -> None:
         while (item := jobs.get()) is not None:
             if self.stop.is_set():
                 continue
@@ -189,6 +190,7 @@ class Run:
                     return
                 self.chunks = k + 1
                 if work.done(k):
+                    assert self.progress is not None  # run() makes it before the first batch
                     self.progress.skip(len(batch_rows))
                     continue
                 yield k, batch_rows
@@ -198,7 +200,7 @@ class Run:
 
     def _run_threads(self, work: WorkDir, todo, concurrency: int) -> None:
         """The batches sent from ``concurrency`` threads of this process."""
-        jobs: queue.Queue = queue.Queue(maxsize=concurrency)
+        jobs: queue.Queue[tuple[int, list[readers.Row]] | None] = queue.Queue(maxsize=concurrency)
         threads = [threading.Thread(target=self._worker, args=(jobs, work), daemon=True)
                    for _ in range(concurrency)]
         for t in threads:
@@ -243,7 +245,7 @@ class Run:
             self.stop.set()
             self.progress.close()
             raise Exit(INTERRUPTED, f"interrupted; finished batches are kept in {work.path}: "
-                                    "rerun the same command to continue")
+                                    "rerun the same command to continue") from None
         self.progress.close()
         if self.failure is not None:
             if isinstance(self.failure, Exit):

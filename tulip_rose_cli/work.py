@@ -12,6 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,8 @@ class WorkDir:
         return (self.path / chunk_name(k)).exists()
 
     def write(self, k: int, chunk: Chunk, kind: str, string_ids: bool) -> None:
-        arrays = {
+        # Any: numpy's stub would check **arrays against savez's allow_pickle: bool too.
+        arrays: dict[str, Any] = {
             "rows": np.asarray(chunk.rows, dtype=np.int64),
             "ids": np.asarray(chunk.ids, dtype=str if string_ids else np.int64),
             "errors": np.asarray([json.dumps(e, ensure_ascii=False) for e in chunk.errors], dtype=str),

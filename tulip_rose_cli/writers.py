@@ -131,7 +131,8 @@ def _parquet(work: WorkDir, chunks: int, output: Path, kind: str, dim: int, stri
     import pyarrow.parquet as pq
 
     writer, n = None, 0
-    ids, outputs = [], []
+    ids: list = []  # as Chunk.ids and Chunk.outputs
+    outputs: list = []
 
     def flush():
         nonlocal writer
@@ -151,6 +152,7 @@ def _parquet(work: WorkDir, chunks: int, output: Path, kind: str, dim: int, stri
             flush()
     if ids or writer is None:
         flush()
+    assert writer is not None  # the first flush() opened it
     writer.close()
     os.replace(_tmp(output), output)
     return n

@@ -11,7 +11,6 @@ a CUDA graph for a fixed bucket (token count, sequence count, max length).
 from __future__ import annotations
 
 import abc
-
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +75,7 @@ class AttentionBackend(abc.ABC):
     def supports(self, shape: AttnShape, device: torch.device, dtype: torch.dtype) -> bool:
         return True
 
-    def bind(self, shape: AttnShape, device: torch.device, dtype: torch.dtype) -> None:
+    def bind(self, shape: AttnShape, device: torch.device, dtype: torch.dtype) -> None:  # noqa: B027 (optional hook)
         """Called once when a model is built with this backend (backends
         whose per-step plan needs the model's shape keep it here)."""
 

@@ -24,7 +24,7 @@ class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
     capture_safe = False
 
-    def __init__(self, module):
+    def __init__(self, module) -> None:
         self._fi = module
         self._wrappers: dict[torch.device, object] = {}
         self._shape: AttnShape | None = None

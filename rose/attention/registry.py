@@ -67,13 +67,14 @@ class SelectingBackend(AttentionBackend):
         self.dtype = dtype
         self.capture_safe = all(b.capture_safe for b in backends)
         self.pads_to_longest = any(b.pads_to_longest for b in backends)
+        # Per instance: a class-level cache would keep every selector alive.
+        self.choose = functools.lru_cache(maxsize=4096)(self._choose)
 
     def bind(self, shape, device, dtype) -> None:
         for b in self.backends.values():
             b.bind(shape, device, dtype)
 
-    @functools.lru_cache(maxsize=4096)
-    def choose(self, tokens: int, sequences: int, skewed: bool = False) -> AttentionBackend:
+    def _choose(self, tokens: int, sequences: int, skewed: bool = False) -> AttentionBackend:
         """``skewed``: padding to the longest would more than double the
         work, which the table's cells (lengths within 0.5-1.5x of their
         mean) never measured, so padding backends are left out."""
@@ -90,6 +91,7 @@ class SelectingBackend(AttentionBackend):
         return self.choose(tokens, len(lengths), skewed).plan(cu_seqlens, lengths, max_seqlen, causal)
 
     def attend(self, q, k, v, plan: AttnPlan, scale: float) -> torch.Tensor:
+        assert plan.backend is not None  # plan() made it: the chosen backend's plan names that backend
         return plan.backend.attend(q, k, v, plan, scale)
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..interface import Batch, OutputKind
+from ..models import EmbeddingModel
 from ..models import packed as packing
 from ..models.load import load_model
 from ..step.inputs import step_inputs
@@ -82,7 +83,7 @@ class Bf16Settings:
         return self.buckets()
 
 
-class Bf16Twin(GatedRuntime):
+class Bf16Twin(GatedRuntime[EmbeddingModel]):
     """The bfloat16 copy of one model and its buckets' states."""
 
     name = "bf16"
@@ -112,12 +113,14 @@ class Bf16Twin(GatedRuntime):
             return None
         return self.settings.bucket(batch.layout.tokens)
 
-    def _load(self):
+    def _load(self) -> EmbeddingModel:
         model = load_model(self.spec, self.backend).to(torch.bfloat16)
         packing.pack_linears(model)
         return model
 
     def _execute(self, batch: Batch) -> torch.Tensor:
+        model = self._runtime
+        assert model is not None  # _build loads it before any step runs here
         lengths = batch.lengths
-        x = step_inputs(batch.arena, batch.layout, self.backend, self._runtime.causal, lengths, max(lengths))
-        return self._runtime(batch.kind, x).float()
+        x = step_inputs(batch.arena, batch.layout, self.backend, model.causal, lengths, max(lengths))
+        return model(batch.kind, x).float()

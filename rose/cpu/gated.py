@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -101,7 +101,11 @@ def float32_cpu_refusal(ctx: Context) -> str | None:
     return None
 
 
-class GatedRuntime(abc.ABC):
+# What a gated runtime builds once and runs its steps on (``_load``).
+R = TypeVar("R")
+
+
+class GatedRuntime(abc.ABC, Generic[R]):
     """Bucket states, the background builder and the gate of one runtime.
     Subclasses name themselves (``name``: the step label, ``title``: how
     the log names them), say why they cannot serve an engine
@@ -124,12 +128,12 @@ class GatedRuntime(abc.ABC):
     def __init__(self, ctx: Context, settings):
         self.kind = ctx.kind
         self.settings = settings
-        self.labels = (self.name,)
+        self.labels: tuple[str, ...] = (self.name,)
         self._states: dict[int, State] = {}
         self._lock = threading.Lock()
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._runtime = None
+        self._runtime: R | None = None
         self._broken: str | None = None  # why the runtime cannot be built for this model
         self.build_seconds = 0.0
         self.gates: dict[int, float] = {}  # bucket -> min cosine at its gate
@@ -139,7 +143,7 @@ class GatedRuntime(abc.ABC):
         """The bucket of a step this runtime may take, or None."""
 
     @abc.abstractmethod
-    def _load(self):
+    def _load(self) -> R:
         """Builds the runtime (once, on the builder thread)."""
 
     @abc.abstractmethod

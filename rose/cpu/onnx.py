@@ -35,6 +35,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -101,7 +102,7 @@ class OnnxSettings:
         return [min(b, top) for b in self.buckets()]
 
 
-class OnnxRuntime(GatedRuntime):
+class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untyped)
     """The ONNX Runtime session of one model and its buckets' states."""
 
     name = "onnx"
@@ -135,7 +136,9 @@ class OnnxRuntime(GatedRuntime):
         return _session(self.model_dir, self.settings)
 
     def _execute(self, batch: Batch) -> torch.Tensor:
-        return torch.from_numpy(self._runtime.run(None, _feed(batch))[0])
+        session = self._runtime
+        assert session is not None  # _build loads it before any step runs here
+        return torch.from_numpy(session.run(None, _feed(batch))[0])
 
 
 def _session(model_dir: Path, settings: OnnxSettings):

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..attention import AttnPlan
 from ..interface import OutputKind
+from ..loader import WeightReader
 from ..pooling import finish_dense
 
 
@@ -37,6 +38,10 @@ class EmbeddingModel(nn.Module):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         """Hidden states [T, H] for the flat batch."""
+        raise NotImplementedError
+
+    def load(self, w: WeightReader) -> None:
+        """Copies the model's weights in (``load_model``)."""
         raise NotImplementedError
 
     def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:

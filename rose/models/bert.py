@@ -6,6 +6,7 @@ them)."""
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -118,7 +119,7 @@ class BertEncoder(nn.Module):
             self.position.weight.copy_(w.take("embeddings.position_embeddings.weight"))
             self.token_type.weight.copy_(w.take("embeddings.token_type_embeddings.weight"))
             copy_norm(self.norm, w, "embeddings.LayerNorm")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[BertLayer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"encoder.layer.{i}.")
 
 
@@ -130,6 +131,7 @@ class BertEmbedder(EmbeddingModel):
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
         self.encoder = BertEncoder(spec.hf_config, backend, padding_idx(spec))
+        assert spec.pipeline is not None  # an embedder's spec always has one (config._pipeline)
         self.sentence = SentenceHead(spec.pipeline, spec.hidden_size)
         self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())
@@ -153,7 +155,12 @@ class BertEmbedder(EmbeddingModel):
     def load(self, w: WeightReader) -> None:
         self.encoder.load(w)
         self.sentence.load_files()
+        # Each head is built only when its file is there (ModelSpec.sparse_head, .colbert_head).
         if self.sparse is not None:
-            self.sparse.load_file(self.spec.sparse_head)
+            sparse = self.spec.sparse_head
+            assert sparse is not None
+            self.sparse.load_file(sparse)
         if self.colbert is not None:
-            self.colbert.load_file(self.spec.colbert_head)
+            colbert = self.spec.colbert_head
+            assert colbert is not None
+            self.colbert.load_file(colbert)

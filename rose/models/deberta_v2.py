@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -126,7 +127,7 @@ class DisentangledLayer(nn.Module):
         eps = float(cfg.get("layer_norm_eps", 1e-7))
         self.qkv = nn.Linear(hidden, 3 * hidden)
         # positions() projects the relative table with its query/key rows.
-        self.qkv.weight_read_directly = True
+        self.qkv.weight_read_directly = True  # type: ignore[assignment]  # a flag; setattr is typed for tensors
         # Without share_att_key, positions have their own projections.
         separate = rs.enabled and not rs.share_key
         self.pos_query = nn.Linear(hidden, hidden) if separate and "p2c" in rs.terms else None
@@ -150,13 +151,17 @@ class DisentangledLayer(nn.Module):
 
     def relative_bias(self, q: torch.Tensor, k: torch.Tensor, step: RelativeStep) -> torch.Tensor:
         """(c2p + p2c) · scale, [n, heads, L, L]."""
+        assert step.table is not None  # forward() calls this only with a table
         pos_q, pos_k = self.positions(step.table)
         n, heads, width, _ = q.shape
         index = step.index.expand(n, heads, width, width)
         bias = q.new_zeros(())
+        # positions() projects keys for c2p and queries for p2c.
         if "c2p" in self.rs.terms:  # query i against the position of (i - j)
+            assert pos_k is not None
             bias = bias + (q @ pos_k.transpose(-1, -2)).gather(-1, index)
         if "p2c" in self.rs.terms:  # key j against the same position, read by key then transposed
+            assert pos_q is not None
             bias = bias + (k @ pos_q.transpose(-1, -2)).gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
         return bias * self.scale
 
@@ -272,7 +277,7 @@ class DebertaV2Encoder(nn.Module):
                 self.relative.weight.copy_(w.take("encoder.rel_embeddings.weight"))
             if self.relative_norm is not None:
                 copy_norm(self.relative_norm, w, "encoder.LayerNorm")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[DisentangledLayer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"encoder.layer.{i}.")
 
 

@@ -9,6 +9,8 @@ Normalize; Matryoshka truncation by request) follows as for every model."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -122,6 +124,7 @@ class Gemma3Embedder(EmbeddingModel):
                                              "sliding_attention": ("rope_local_base_freq", 10_000.0)})
         for kind, theta in thetas.items():
             self.register_buffer(f"rope_{kind}", rope_table(head_dim, theta, spec.max_length), persistent=False)
+        assert spec.pipeline is not None  # an embedder's spec always has one (config._pipeline)
         self.sentence = SentenceHead(spec.pipeline, hidden)
         self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())
@@ -140,7 +143,7 @@ class Gemma3Embedder(EmbeddingModel):
         with torch.no_grad():
             self.embed.weight.copy_(w.take("embed_tokens.weight"))
             copy_norm(self.norm, w, "norm")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[Gemma3Layer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"layers.{i}.")
         self.sentence.load_files()
 

@@ -41,6 +41,8 @@ class SparseHead(nn.Module):
     tokenizer's special tokens (as BGE-M3 drops CLS, EOS, PAD and UNK).
     Max-per-id folding happens in the host (Tulip's output stage)."""
 
+    special: torch.Tensor  # a buffer
+
     def __init__(self, hidden: int, vocab_size: int, special_ids: list[int]):
         super().__init__()
         self.linear = nn.Linear(hidden, 1)

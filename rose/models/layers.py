@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,9 +44,10 @@ def copy_fused(m: nn.Linear, w: WeightReader, names: list[str]) -> None:
 
 
 def copy_norm(m: nn.Module, w: WeightReader, name: str) -> None:
-    m.weight.copy_(w.take(f"{name}.weight"))
+    # Module attributes are typed Tensor | Module; a norm's weight and bias are tensors.
+    cast(torch.Tensor, m.weight).copy_(w.take(f"{name}.weight"))
     if getattr(m, "bias", None) is not None:
-        m.bias.copy_(w.take(f"{name}.bias"))
+        cast(torch.Tensor, m.bias).copy_(w.take(f"{name}.bias"))
 
 
 class RMSNorm(nn.Module):

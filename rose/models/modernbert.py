@@ -7,6 +7,8 @@ tokens either side (``rose.models.padded``)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -118,7 +120,7 @@ class ModernBertEmbedder(EmbeddingModel):
             self.embed.weight.copy_(w.take("embeddings.tok_embeddings.weight"))
             copy_norm(self.embed_norm, w, "embeddings.norm")
             copy_norm(self.final_norm, w, "final_norm")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[ModernBertLayer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"layers.{i}.")
         if self.sentence is not None:
             self.sentence.load_files()

@@ -10,6 +10,7 @@ the key padding as one additive mask.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -100,7 +101,7 @@ class MPNetEncoder(nn.Module):
             self.position.weight.copy_(w.take("embeddings.position_embeddings.weight"))
             copy_norm(self.norm, w, "embeddings.LayerNorm")
             self.relative.weight.copy_(w.take("encoder.relative_attention_bias.weight"))
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[MPNetLayer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"encoder.layer.{i}.")
 
 
@@ -111,6 +112,7 @@ class MPNetEmbedder(EmbeddingModel):
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
         self.encoder = MPNetEncoder(spec.hf_config)
+        assert spec.pipeline is not None  # an embedder's spec always has one (config._pipeline)
         self.sentence = SentenceHead(spec.pipeline, spec.hidden_size)
         self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())

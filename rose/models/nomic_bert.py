@@ -9,6 +9,8 @@ error: its rotary options are not read here."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -61,6 +63,8 @@ class NomicBertLayer(nn.Module):
 class NomicBertEmbedder(EmbeddingModel):
     """A NomicBERT sentence embedder with its sentence-transformers pipeline."""
 
+    rope: torch.Tensor  # a buffer
+
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
         cfg = spec.hf_config
@@ -75,6 +79,7 @@ class NomicBertEmbedder(EmbeddingModel):
         head_dim = int(cfg.get("head_dim") or hidden // int(cfg["num_attention_heads"]))
         self.register_buffer("rope", rope_table(head_dim, rope_theta(cfg, default=1000.0), spec.max_length),
                              persistent=False)
+        assert spec.pipeline is not None  # an embedder's spec always has one (config._pipeline)
         self.sentence = SentenceHead(spec.pipeline, hidden)
         self.dimension = self.sentence.dimension
         self.kinds = tuple(spec.kinds())
@@ -91,6 +96,6 @@ class NomicBertEmbedder(EmbeddingModel):
             self.word.weight.copy_(w.take("embeddings.word_embeddings.weight"))
             self.token_type.weight.copy_(w.take("embeddings.token_type_embeddings.weight"))
             copy_norm(self.norm, w, "emb_ln")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[NomicBertLayer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"encoder.layers.{i}.")
         self.sentence.load_files()

@@ -109,5 +109,5 @@ def pack_linears(model: nn.Module) -> int:
         setattr(parent, name, PackedLinear(child))
     if swaps:
         # See the module's docstring: only padded shapes may reach oneDNN.
-        torch.backends.mkldnn.enabled = False
+        torch.backends.mkldnn.enabled = False  # type: ignore[assignment]  # torch stubs type the flag as its descriptor
     return len(swaps)

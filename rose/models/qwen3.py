@@ -6,6 +6,8 @@ for how a directory says which."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -72,6 +74,8 @@ class Qwen3Layer(nn.Module):
 class Qwen3Embedder(EmbeddingModel):
     """A Qwen3 decoder used as an embedder (no KV cache, no LM head)."""
 
+    rope: torch.Tensor  # a buffer
+
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__()
         cfg = spec.hf_config
@@ -83,7 +87,7 @@ class Qwen3Embedder(EmbeddingModel):
         self.embed = nn.Embedding(int(cfg["vocab_size"]), hidden)
         self.layers = nn.ModuleList(Qwen3Layer(cfg, backend) for _ in range(int(cfg["num_hidden_layers"])))
         self.norm = RMSNorm(hidden, float(cfg.get("rms_norm_eps", 1e-6)))
-        head_dim = self.layers[0].head_dim if len(self.layers) else hidden
+        head_dim = cast(Qwen3Layer, self.layers[0]).head_dim if len(self.layers) else hidden
         # Positions never exceed the served maximum length.
         self.register_buffer("rope", rope_table(head_dim, rope_theta(cfg), spec.max_length), persistent=False)
         self.causal = spec.causal
@@ -109,7 +113,7 @@ class Qwen3Embedder(EmbeddingModel):
         with torch.no_grad():
             self.embed.weight.copy_(w.take("embed_tokens.weight"))
             copy_norm(self.norm, w, "norm")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(cast("list[Qwen3Layer]", self.layers)):  # ModuleList yields nn.Module
             layer.load(w, f"layers.{i}.")
         if self.sentence is not None:
             self.sentence.load_files()
@@ -134,7 +138,8 @@ class Qwen3Reranker(Qwen3Embedder):
 
     def __init__(self, spec: ModelSpec, backend: AttentionBackend):
         super().__init__(spec, backend)
-        self.true_id, self.false_id = spec.score_tokens  # type: ignore[misc]
+        assert spec.score_tokens is not None  # build_model picks this class only for a causal-LM reranker
+        self.true_id, self.false_id = spec.score_tokens
         self.tied = bool(spec.hf_config.get("tie_word_embeddings", False))
         self.rows = nn.Linear(int(spec.hf_config["hidden_size"]), 1 if self.false_id is None else 2, bias=False)
         self.dimension = 1

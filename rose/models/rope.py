@@ -49,7 +49,8 @@ def rope_at(table: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor,
     Real positions stay under the served maximum (the engine checks); a
     graph bucket's filler segment may run past it, and its rows are
     discarded, so clamping keeps the lookup in range without a branch."""
-    return table[positions.long().clamp_max(table.shape[0] - 1)].unsqueeze(2).unbind(1)
+    cos, sin = table[positions.long().clamp_max(table.shape[0] - 1)].unsqueeze(2).unbind(1)
+    return cos, sin
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,8 @@ from torch import nn
 
 from ..errors import ModelLoadError
 from ..loader import read_weights
-from ..st_modules import DenseStep, Pipeline
 from ..pooling import pool
+from ..st_modules import DenseStep, Pipeline
 from .base import StepInputs
 
 _ACTIVATIONS = {
@@ -33,7 +33,8 @@ class DenseLayer(nn.Module):
         super().__init__()
         self.step = step
         self.linear = nn.Linear(step.in_features, step.out_features, bias=step.bias)
-        self.linear.weight_read_directly = True  # forward() casts it to float32
+        # forward() casts it to float32.
+        self.linear.weight_read_directly = True  # type: ignore[assignment]  # a flag; setattr is typed for tensors
         self.act = _ACTIVATIONS[step.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -69,6 +69,8 @@ class SpladeEncoder(EmbeddingModel):
             raise ModelLoadError(f"SPLADE on {spec.model_type!r} is not supported (supported: {', '.join(_HEADS)})")
         self.encoder = BertEncoder(spec.hf_config, backend, padding_idx(spec))
         self.mlm = MaskedLMHead(spec.hf_config, spec.model_type)
+        # build_model picks this class only for a pipeline with a SPLADE step.
+        assert spec.pipeline is not None and spec.pipeline.splade is not None
         splade = spec.pipeline.splade
         self.strategy, self.twice = splade.strategy, splade.activation == "log1p_relu"
         self.dimension = spec.vocab_size

@@ -106,7 +106,8 @@ class CostModel:
             if len(parts) != 3:
                 raise ValueError(f"--sim-cost wants t0,a,b (seconds), got {text!r}")
             try:
-                return cls(*(float(p) for p in parts))
+                t0, a, b = (float(p) for p in parts)
+                return cls(t0, a, b)
             except ValueError:
                 raise ValueError(f"--sim-cost wants three numbers t0,a,b, got {text!r}") from None
         path = Path(text)
@@ -145,7 +146,8 @@ def fit(steps: list[tuple[list[int], float]]) -> CostModel:
     full = [0.0, 0.0, 0.0]
     for i, c in zip(active, coef):
         full[i] = float(c)
-    return CostModel(*full)
+    t0, a, b = full
+    return CostModel(t0, a, b)
 
 
 def _roofline() -> CostModel:

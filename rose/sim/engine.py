@@ -55,7 +55,7 @@ class SimEngine(Engine):
     stream: SimStream
 
     @classmethod
-    def from_dir(cls, path: str | Path, *, settings: SimSettings | None = None,  # type: ignore[override]
+    def from_dir(cls, path: str | Path, *, settings: SimSettings | None = None,
                  model_id: str | None = None, graphs: bool = True, graph_settings: GraphSettings | None = None,
                  **_ignored) -> SimEngine:
         """A model directory (config.json; weights are not read), served on

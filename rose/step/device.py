@@ -13,7 +13,7 @@ device modelled).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -44,7 +44,12 @@ class Call:
         self.batch = batch
 
 
-class Device(Protocol):
+# What a forward leaves for ``download``: the output tensor (on the
+# simulated device, the modelled step).
+Out = TypeVar("Out")
+
+
+class Device(Protocol[Out]):
     """What the model-running runtimes need from the hardware."""
 
     name: str  # as ModelInfo.device reports it
@@ -71,17 +76,17 @@ class Device(Protocol):
         is larger, in ``dest`` when given; with the staging buffers to keep
         until the step's output is on the host."""
 
-    def forward(self, call: Call) -> torch.Tensor:
+    def forward(self, call: Call) -> Out:
         """Runs the forward pass (queued, on an asynchronous device)."""
 
-    def capture(self, call: Call) -> tuple[object | None, torch.Tensor | None]:
+    def capture(self, call: Call) -> tuple[object | None, Out | None]:
         """Captures ``call`` as a graph: (graph, its static output), or
         (None, None) where the device has no graphs."""
 
-    def replay(self, graph: object, out: torch.Tensor | None, call: Call) -> torch.Tensor:
+    def replay(self, graph: object, out: Out | None, call: Call) -> Out:
         """Replays a captured graph; its output."""
 
-    def download(self, out: torch.Tensor, call: Call, staging: tuple[Buffer, ...],
+    def download(self, out: Out, call: Call, staging: tuple[Buffer, ...],
                  info: StepInfo) -> LazyTensor:
         """The real rows of ``out`` on their way to the host."""
 

@@ -22,7 +22,7 @@ from ..lazy import LazyTensor
 from .device import Device
 from .graphs import Dispatcher, GraphKey
 from .inputs import resolve_defaults
-from .runtime import Runtime, RunnerStats
+from .runtime import RunnerStats, Runtime
 
 
 class Runner:
@@ -65,7 +65,7 @@ class Runner:
         resolve_defaults(batch, self.dimension, self.normalize_default)
         self.device.prepare(batch)
         try:
-            for i, runtime in enumerate(self.runtimes):
+            for runtime in self.runtimes:
                 lazy = runtime.run(batch)
                 if lazy is not None:
                     break
@@ -76,8 +76,9 @@ class Runner:
                 raise DeviceError(f"the CUDA context is unusable after: {e}") from e
             raise
         if runtime.reference:
-            for earlier in self.runtimes[:i]:
+            for earlier in self.runtimes[:self.runtimes.index(runtime)]:
                 earlier.observe(batch, lazy)
+        assert lazy.info is not None  # every runtime labels its steps (Runtime.labels)
         self.stats.count(lazy.info)
         return lazy
 

@@ -5,9 +5,11 @@ capture, replay). A step outside the grid is left to the next runtime."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from dataclasses import dataclass
+from typing import Final
 
 import torch
 
@@ -18,10 +20,18 @@ from .graphs import Action, Dispatcher, GraphKey
 
 log = logging.getLogger("rose.graphs")
 
-# A batch shape outside the graph grid: left to the next runtime.
-_OUTSIDE = object()
+
+class _Outside(enum.Enum):
+    """A batch shape outside the graph grid: left to the next runtime."""
+
+    SHAPE = 0
+
+
+_OUTSIDE: Final = _Outside.SHAPE
 # Batch shapes whose plan is kept (a server sees far fewer distinct ones).
 _SHAPES = 4096
+# A shape's configuration, padded layout, filler length and step records.
+_Shape = tuple[GraphKey, Layout, int, dict[Action, StepInfo]]
 
 
 @dataclass
@@ -43,7 +53,7 @@ class StaticRuntime:
         self.dispatcher = dispatcher
         self.dimension = dimension
         self._entries: dict[GraphKey, _Entry] = {}
-        self._shapes: dict[tuple, object] = {}
+        self._shapes: dict[tuple, _Shape | _Outside] = {}
 
     def run(self, batch: Batch) -> LazyTensor | None:
         shape = self._shapes.get((batch.kind, batch.layout))
@@ -69,7 +79,7 @@ class StaticRuntime:
             out = self.device.forward(call)
         return self.device.download(out, call, staging, info)
 
-    def _shape(self, batch: Batch):
+    def _shape(self, batch: Batch) -> _Shape | _Outside:
         """What every step of this kind and layout shares: its configuration,
         padded layout, filler length and step records (made once)."""
         key = self.dispatcher.key(batch.kind, batch.num_sequences, batch.num_tokens)
