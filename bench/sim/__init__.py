@@ -18,6 +18,7 @@ cost models, ``roofline`` and ``published``, into
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -76,10 +77,19 @@ def run_isolation(writer, sizes: Sizes, model_dir: Path, work: Path, costs: list
 
 
 def run_suite(writer, args) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-sim-"))
+    try:
+        return _run(writer, args, work)
+    finally:
+        # Device logs, the profilers' raw samples, the model's files: the
+        # results folder has what the run found.
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(writer, args, work: Path) -> int:
     sizes = Sizes(args.mode == "quick")
     only = (args.only or "").split(":")
     if only[0] == "isolation":
-        work = Path(tempfile.mkdtemp(prefix="bench-sim-"))
         model_dir = Path(args.model) if args.model else bge_m3_dir(work)
         run_isolation(writer, sizes, model_dir, work, only[1].split(",") if len(only) > 1 else list(MODELS))
         return 0
@@ -88,7 +98,6 @@ def run_suite(writer, args) -> int:
     t_start = time.monotonic()
     started = now()
     load_before = os.getloadavg()
-    work = Path(tempfile.mkdtemp(prefix="bench-sim-"))
     model_dir = Path(args.model) if args.model else bge_m3_dir(work)
     fleet = Fleet(model_dir, work)
     lg = latency.loadgen()
@@ -104,7 +113,7 @@ def run_suite(writer, args) -> int:
         if lg is not None:  # the profile needs the compiled client: a Python one would be most of it
             print(f"sim: host path profile ({time.monotonic() - t_start:.0f} s)", flush=True)
             data["host"] = host.profile(tulip, ivy, log, fleet.model_dir, lg, sizes.host_requests, writer.out_dir,
-                                        sizes.host_profile_s)
+                                        work, sizes.host_profile_s)
         print(f"sim: scoring ({time.monotonic() - t_start:.0f} s)", flush=True)
         data["scoring"] = latency.scoring(tulip, log, 512, sizes.score_batches, sizes.score_rounds, lg)
         print(f"sim: concurrency ({time.monotonic() - t_start:.0f} s)", flush=True)

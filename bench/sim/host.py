@@ -64,8 +64,10 @@ def rose_python(folded: Counter) -> dict:
     return {"samples": sum(step.values()), "simulator_share": round(sim / total, 4)}
 
 
-def profile(tulip, ivy, log: Path, model_dir: str, lg: Loadgen, requests: int, out_dir: Path,
+def profile(tulip, ivy, log: Path, model_dir: str, lg: Loadgen, requests: int, out_dir: Path, scratch: Path,
             profile_seconds: float = 8.0) -> dict:
+    """The flame graphs go to ``out_dir``; the samplers' raw files (hundreds
+    of MB of perf data) to ``scratch``."""
     seqs = [token_ids(LENGTH, seed=LENGTH + k) for k in range(4)]
     texts = [inputs.text_of_tokens(model_dir, LENGTH, start=7 * k) for k in range(4)]
     paths = {"tulip": ("grpc", tulip.target, grpc_input([[s] for s in seqs])),
@@ -84,7 +86,7 @@ def profile(tulip, ivy, log: Path, model_dir: str, lg: Loadgen, requests: int, o
         per["load generator"] = round(cpu["clients_cpu_s"] / sent * 1e6, 1)
         d = device_ms(steps)
         # Profiled: a separate run (the samplers cost CPU), long enough to cover it.
-        sampler = flamegraph.Sampler(out_dir / f"sim-host-{name}", pids, {"tulip": tulip.proc.pid},
+        sampler = flamegraph.Sampler(scratch / f"sim-host-{name}", pids, {"tulip": tulip.proc.pid},
                                      profile_seconds)
         # As many requests as the samplers' window holds at the measured rate.
         profiled = max(int(stats["1"]["requests_per_s"] * profile_seconds * 0.8), 100)

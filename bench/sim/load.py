@@ -139,7 +139,9 @@ def attribution(cpu: dict) -> dict:
     wall = cpu["wall_s"] or 1.0
     procs = cpu["processes"]
     replicas = [p for k, p in procs.items() if k.startswith("replica")]
-    wait = sum(p["threads"].get("tulip-completion", 0.0) for p in replicas)
+    # Linux keeps 15 characters of a thread's name: "tulip-completion"
+    # reads as "tulip-completio" in /proc.
+    wait = sum(p["threads"].get("tulip-completion"[:15], 0.0) for p in replicas)
     out = {"ivy": procs["ivy"]["cpu_s"] / wall,
            "replicas: completion threads (event waits)": wait / wall,
            "replicas: the rest (gRPC, steps, scheduler)": (sum(p["cpu_s"] for p in replicas) - wait) / wall,
