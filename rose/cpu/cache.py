@@ -153,6 +153,8 @@ class ExportCache:
         entry of the same key, committed first, wins. The entry's path."""
         (staging / META).write_text(json.dumps({**meta, "created": time.time()}, indent=1))
         entry = self.entry(key)
+        if entry.exists() and not (entry / META).is_file():  # not one of ours: never loaded, replaced
+            shutil.rmtree(entry, ignore_errors=True)
         try:
             os.rename(staging, entry)
         except OSError:  # taken meanwhile (the same export): keep that one

@@ -42,7 +42,11 @@ def test_an_entry_appears_whole_and_a_dead_start_s_staging_is_swept(tmp_path):
     (staging / "model.onnx").write_bytes(b"x" * 100)
     assert cache.lookup("k1") is None  # nothing is trusted before the commit
     (tmp_path / "cache" / "onnx-k2").mkdir()  # a folder without its meta.json
+    (tmp_path / "cache" / "onnx-k2" / "model.onnx").write_bytes(b"half")
     assert cache.lookup("k2") is None
+    other = cache.staging()
+    (other / "model.onnx").write_bytes(b"whole")
+    assert (cache.commit(other, "k2", {}) / "model.onnx").read_bytes() == b"whole"  # replaced, not kept
     entry = cache.commit(staging, "k1", {"why": "test"})
     assert cache.lookup("k1") == entry and (entry / META).is_file() and not staging.exists()
 
