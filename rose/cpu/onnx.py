@@ -140,7 +140,7 @@ class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untype
     def __init__(self, ctx: Context, settings: OnnxSettings | None = None):
         super().__init__(ctx, (settings or OnnxSettings()).resolved())
         self.model_dir = Path(ctx.spec.path)
-        _import_onnxruntime(self.settings.cache().root)
+        _import_onnxruntime()
 
     def key(self, batch: Batch) -> int | None:
         """The bucket of a step this runtime may take, or None."""
@@ -211,23 +211,18 @@ def _export(model_dir: Path, staging: Path, settings: OnnxSettings) -> None:
         raise RuntimeError(f"export failed (exit {res.returncode}): {why}")
 
 
-def _import_onnxruntime(home: Path):
-    """onnxruntime, imported with TMPDIR at ``home`` (the export cache):
-    its import writes a telemetry session file (``.ses``) into the
-    temporary folder, which would otherwise stay in /tmp. Imported here,
-    at the engine's construction on the host's main thread, before the
-    server's threads start: changing the environment is not thread-safe."""
-    if "onnxruntime" in sys.modules:
-        return sys.modules["onnxruntime"]
-    before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(home)
-    try:
-        import onnxruntime
-    finally:
-        if before is None:
-            del os.environ["TMPDIR"]
-        else:
-            os.environ["TMPDIR"] = before
+def _import_onnxruntime():
+    """onnxruntime, imported with its telemetry off unless the environment
+    says otherwise (``ORT_DISABLE_TELEMETRY``): on, its import writes a
+    session file into TMPDIR and a device id and event database under
+    ``$XDG_CACHE_HOME/Microsoft``, and events leave the machine. Imported
+    here, at the engine's construction on the host's main thread, before a
+    server's threads start: changing the environment is not thread-safe.
+    The export child inherits the setting."""
+    if "onnxruntime" not in sys.modules:
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime
+
     return onnxruntime
 
 
