@@ -19,7 +19,7 @@ from .errors import InvalidBatchError
 from .info import ModelInfo
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
-from .models import EmbeddingModel, attn_shape
+from .models import EmbeddingModel, attn_shape, check_supported
 from .step.graphs import GraphKey, GraphSettings
 from .step.runner import Runner
 
@@ -69,6 +69,7 @@ class Engine:
         on one thread."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
+        check_supported(spec)  # before anything reads a field a family needs
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
         backend = select_backend(attn_shape(spec), dev, dt, attention)

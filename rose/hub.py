@@ -96,6 +96,18 @@ def resolve(model: str) -> tuple[Path, str]:
 def download(repo_id: str, revision: str | None = None) -> Path:
     """A snapshot of the files serving needs, from the cache or the Hub."""
     where = f"{repo_id}@{revision or 'main'}"
+    # The architecture first: a model ROSE cannot serve is refused before
+    # its weights are fetched.
+    config = _snapshot(repo_id, revision, ["config.json"], where) / "config.json"
+    if config.is_file():
+        from .models import config_refusal
+
+        try:
+            why = config_refusal(json.loads(config.read_text()))
+        except ValueError as e:
+            raise ModelLoadError(f"{where}: config.json is not JSON ({e})") from e
+        if why:
+            raise ModelLoadError(f"{where}: {why}")
     snapshot = _snapshot(repo_id, revision, SERVING_FILES, where)
     if not (snapshot / "config.json").is_file():
         raise ModelLoadError(f"{where}: the repository has no config.json (looked in {snapshot})")

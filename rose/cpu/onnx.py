@@ -13,13 +13,15 @@ How, as every gated runtime (``gated.py``): steps of at most
 ``max_tokens`` real tokens (and ``max_sequences`` sequences) of the
 model's primary output kind fall into power-of-two token buckets from 16.
 A bucket's first step runs eagerly; a background thread builds the
-session once (a child process exports a fresh float32 copy of the model,
-then the session loads it and the temporary files go) and gates the
-bucket against that eager step. A family the exporter cannot trace stays
-eager. With the runtime off nothing of it is imported or started.
+session once (from the export cache, ``cache.py``, or else a child process
+exports a fresh float32 copy of the model into it) and gates the bucket
+against that eager step. A family the exporter cannot trace stays eager.
+With the runtime off nothing of it is imported or started. The export
+child ends with its server (``onnx_export.py``: the parent's death
+signal), and what it writes stays inside the cache folder.
 
-Bounds: one extra copy of the weights in memory (the session's), the ONNX
-files on disk only while the session loads, and ONNX Runtime's working
+Bounds: one extra copy of the weights in memory (the session's), the
+cache's bound on disk (``cache_max_bytes``), and ONNX Runtime's working
 memory for steps of at most ``max_tokens`` tokens.
 """
 
@@ -27,12 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,12 +43,15 @@ import numpy as np
 import torch
 
 from ..interface import Batch
+from .cache import DEFAULT_MAX_BYTES, ExportCache, export_key, python_env_for_child
 from .gated import Context, GatedRuntime, float32_cpu_refusal, power_of_two_bucket, power_of_two_buckets
 from .onnx_export import INPUTS, SEQUENCES_DEFAULT, TOKENS_DEFAULT
 
 # Longest an export may take (seconds): generous, for a large model on a
 # small, busy machine; a stuck export fails its build instead of hanging it.
 EXPORT_TIMEOUT_S = 1800
+
+log = logging.getLogger("rose.cpu")
 
 
 def missing() -> str | None:
@@ -76,10 +81,21 @@ class OnnxSettings:
     # as each run returns: force_spinning_stop) pay none but take the cores
     # Ivy's and Tulip's own threads need (docs/latency.md: what it measured).
     spin: bool = False
+    cache_dir: str | None = None  # the exports' folder (cache.py); None: the user's cache
+    cache_max_bytes: int = DEFAULT_MAX_BYTES  # the most the folder holds; 0 keeps no export
 
     def __post_init__(self):
         if (self.max_tokens is not None and self.max_tokens < 1) or self.max_sequences < 1 or self.min_bucket < 1:
             raise ValueError("CPU fast path limits must be positive")
+        if self.cache_max_bytes < 0:
+            raise ValueError("the export cache's bound must be 0 or more bytes")
+
+    def cache(self) -> ExportCache:
+        return ExportCache(self.cache_dir, self.cache_max_bytes)
+
+    def plan(self) -> dict[str, int]:
+        """What the export's shapes depend on (part of its cache key)."""
+        return {"max_tokens": self.max_tokens or TOKENS_DEFAULT, "max_sequences": self.max_sequences}
 
     def resolved(self) -> OnnxSettings:
         """``max_tokens`` decided: 256 unless set."""
@@ -118,11 +134,13 @@ class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untype
             # idle spell than on ONNX Runtime's threads.
             why = ("the bfloat16 twin takes small steps too (fewer threads to wake per query; "
                    "--cpu-fast-path-max-tokens N gives steps of up to N tokens to ONNX Runtime)")
-        return why
+        # A read-only or missing disk: off, one line, and the start goes on.
+        return why or settings.cache().problem()
 
     def __init__(self, ctx: Context, settings: OnnxSettings | None = None):
         super().__init__(ctx, (settings or OnnxSettings()).resolved())
         self.model_dir = Path(ctx.spec.path)
+        _import_onnxruntime()
 
     def key(self, batch: Batch) -> int | None:
         """The bucket of a step this runtime may take, or None."""
@@ -142,40 +160,88 @@ class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untype
 
 
 def _session(model_dir: Path, settings: OnnxSettings):
-    """Exports the model in a child process into a temporary directory and
-    loads it into an ONNX Runtime session; the files go once it is loaded."""
+    """An ONNX Runtime session of the model's export: the cached one, else
+    one exported now (in a child process) into the cache."""
+    cache = settings.cache()
+    key, meta = export_key(model_dir, settings.plan())
+    entry = cache.lookup(key)
+    if entry is not None:
+        try:
+            session = _open(entry / "model.onnx", settings)
+            log.info("CPU fast path: export reused from the cache (%s)", entry)
+            return session
+        except Exception as e:  # unreadable, or evicted by another process meanwhile
+            log.warning("CPU fast path: the cached export %s does not load (%s); exporting again", entry, e)
+            shutil.rmtree(entry, ignore_errors=True)
+    staging = cache.staging()
+    try:
+        _export(model_dir, staging, settings)
+        entry = cache.commit(staging, key, meta)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    try:
+        session = _open(entry / "model.onnx", settings)
+    except Exception:  # an export no session takes is not kept
+        shutil.rmtree(entry, ignore_errors=True)
+        raise
+    size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+    evicted = cache.evict(keep=entry)
+    log.info("CPU fast path: exported into the cache (%s, %d MB)%s", entry, size >> 20,
+             f"; evicted {len(evicted)} older export(s) to stay within {cache.max_bytes} bytes" if evicted else "")
+    return session
+
+
+def _export(model_dir: Path, staging: Path, settings: OnnxSettings) -> None:
+    """Runs the export child, which writes ``staging/model.onnx`` and its
+    temporary files under ``staging`` alone, and ends if this process does."""
+    path, tmp = staging / "model.onnx", staging / "tmp"
+    tmp.mkdir()
+    env = python_env_for_child()
+    env["TMPDIR"] = str(tmp)
+    res = subprocess.run([sys.executable, "-m", "rose.cpu.onnx_export", str(model_dir), str(path),
+                          "--max-tokens", str(settings.max_tokens), "--max-sequences", str(settings.max_sequences),
+                          "--parent", str(os.getpid())],
+                         capture_output=True, text=True, env=env, timeout=EXPORT_TIMEOUT_S)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if res.returncode != 0 or not path.is_file():
+        lines = [x.strip() for x in (res.stderr or res.stdout).splitlines() if x.strip()]
+        # The exception's own line, not the exporter's closing advice.
+        errors = [x for x in lines if re.match(r"^[\w.]*(Error|Exception)\b", x)]
+        why = (errors or lines or ["no output"])[-1]
+        raise RuntimeError(f"export failed (exit {res.returncode}): {why}")
+
+
+def _import_onnxruntime():
+    """onnxruntime, imported with its telemetry off unless the environment
+    says otherwise (``ORT_DISABLE_TELEMETRY``): on, its import writes a
+    session file into TMPDIR and a device id and event database under
+    ``$XDG_CACHE_HOME/Microsoft``, and events leave the machine. Imported
+    here, at the engine's construction on the host's main thread, before a
+    server's threads start: changing the environment is not thread-safe.
+    The export child inherits the setting."""
+    if "onnxruntime" not in sys.modules:
+        os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime
+
+    return onnxruntime
+
+
+def _open(path: Path, settings: OnnxSettings):
     import onnxruntime as ort
 
-    tmp = Path(tempfile.mkdtemp(prefix="rose-cpufast-"))
-    try:
-        path = tmp / "model.onnx"
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        res = subprocess.run([sys.executable, "-m", "rose.cpu.onnx_export", str(model_dir), str(path),
-                              "--max-tokens", str(settings.max_tokens), "--max-sequences", str(settings.max_sequences)],
-                             capture_output=True, text=True, env=env, timeout=EXPORT_TIMEOUT_S)
-        if res.returncode != 0 or not path.is_file():
-            lines = [x.strip() for x in (res.stderr or res.stdout).splitlines() if x.strip()]
-            # The exception's own line, not the exporter's closing advice.
-            errors = [x for x in lines if re.match(r"^[\w.]*(Error|Exception)\b", x)]
-            why = (errors or lines or ["no output"])[-1]
-            raise RuntimeError(f"export failed (exit {res.returncode}): {why}")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = settings.threads or torch.get_num_threads()
-        opts.inter_op_num_threads = 1
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spin else "0")
-        if settings.spin:
-            opts.add_session_config_entry("session.force_spinning_stop", "1")
-        opts.log_severity_level = 3
-        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        fixed = [i.name for i in session.get_inputs() if isinstance(i.shape[0], int)]
-        if fixed:  # the model loops in Python over a size: the trace fixed it
-            raise RuntimeError(f"the export fixed the size of {', '.join(fixed)}: this family's step depends on "
-                               "Python control flow over its sizes")
-        return session
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = settings.threads or torch.get_num_threads()
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spin else "0")
+    if settings.spin:
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    fixed = [i.name for i in session.get_inputs() if isinstance(i.shape[0], int)]
+    if fixed:  # the model loops in Python over a size: the trace fixed it
+        raise RuntimeError(f"the export fixed the size of {', '.join(fixed)}: this family's step depends on "
+                           "Python control flow over its sizes")
+    return session
 
 
 def _feed(batch: Batch) -> dict[str, np.ndarray]:

@@ -2,15 +2,22 @@
 with dynamic token and sequence counts, as a function of the arena's
 fields. Runs in a child process (``python -m rose.cpu.onnx_export``), so
 the exporter's memory and its seconds of Python holding the GIL stay out
-of the server."""
+of the server; the child ends when its server does, on every path
+(``die_with_parent``), and takes its unfinished output with it."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import shutil
+import signal
 import sys
+import threading
+import time
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -111,6 +118,40 @@ def quiet_exporter():
             lg.setLevel(level)
 
 
+# How often the child looks for its parent where the death signal is not
+# available (not Linux), and after it was asked for (a parent that died
+# before the child could ask is seen at once).
+PARENT_POLL_S = 0.5
+
+
+def die_with_parent(parent: int, leftovers: Path) -> None:
+    """Ends this process, removing ``leftovers`` (its unfinished output),
+    when ``parent`` is gone: SIGTERM from the kernel when the parent dies
+    (Linux's PR_SET_PDEATHSIG, asked here rather than in a ``preexec_fn``,
+    which is unsafe in a threaded server), and a thread that watches the
+    parent's pid elsewhere and for a parent that died before the ask."""
+
+    def leave(*_):
+        shutil.rmtree(leftovers, ignore_errors=True)
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, leave)
+    try:
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        leave()
+
+    if os.getppid() != parent:
+        leave()
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -120,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out")
     p.add_argument("--max-tokens", type=int, default=TOKENS_DEFAULT)
     p.add_argument("--max-sequences", type=int, default=SEQUENCES_DEFAULT)
+    p.add_argument("--parent", type=int, default=0,
+                   help="end (removing OUT's folder) when this process is gone; 0 = not watched")
     args = p.parse_args(argv)
+    if args.parent:
+        die_with_parent(args.parent, Path(args.out).parent)
     os.nice(10)  # behind the server's own steps
     torch.set_num_threads(1)
     export(args.model_dir, args.out, args.max_tokens, args.max_sequences)

@@ -16,7 +16,7 @@ from ..build import assemble
 from ..config import ModelSpec
 from ..engine import Engine
 from ..interface import OutputKind
-from ..models import attn_shape, build_model
+from ..models import attn_shape, build_model, check_supported
 from ..step.graphs import Dispatcher, GraphSettings
 from .cost import CostModel
 from .device import SimDevice
@@ -62,6 +62,7 @@ class SimEngine(Engine):
         the simulated device."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
+        check_supported(spec)
         backend = select_backend(attn_shape(spec), torch.device("cpu"), torch.float32, "auto")
         # On the meta device: the model's output kinds and sizes without
         # allocating (or reading) a single weight.

@@ -369,3 +369,19 @@ def test_ivy_tls_from_a_secret(helm_bin):
     for obj in objects:
         if obj["kind"] not in CUSTOM_KINDS:
             kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def test_tulip_writes_its_exports_to_a_bounded_cache_volume(default_objects, helm_bin):
+    """The CPU fast path's export cache (docs/operations.md, "Disk"): an
+    emptyDir with a size limit by default, a claim when one is named, and
+    Tulip pointed at it with its bound."""
+    deployment = one(default_objects, "Deployment", "tulip")
+    tulip = container(deployment, "tulip")
+    assert env(tulip)["TULIP_CACHE_DIR"] == "/var/cache/tulip-rose"
+    assert env(tulip)["TULIP_CACHE_MAX_BYTES"] == str(2 << 30)
+    mount = next(m for m in tulip["volumeMounts"] if m["mountPath"] == "/var/cache/tulip-rose")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]]["emptyDir"] == {"sizeLimit": "3Gi"}
+    claimed = one(render(sets={"tulip.exportCache.existingClaim": "exports"}), "Deployment", "tulip")
+    volumes = {v["name"]: v for v in claimed["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]] == {"name": mount["name"], "persistentVolumeClaim": {"claimName": "exports"}}
