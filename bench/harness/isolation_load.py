@@ -32,11 +32,15 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
-LOADGEN = [REPO / "target" / "dist" / "loadgen", REPO / "target" / "release" / "loadgen"]
 
 
 def loadgen_binary() -> Path | None:
-    return next((p for p in LOADGEN if p.is_file()), None)
+    """The compiled load generator where cargo put it (CARGO_TARGET_DIR, as
+    in CI, else the clone's target/), dist or release; None if not built."""
+    from tulip_rose_cli.launch import TARGET_DIR
+
+    return next((p for p in (TARGET_DIR / "dist" / "loadgen", TARGET_DIR / "release" / "loadgen")
+                 if p.is_file()), None)
 
 
 def _env() -> dict:

@@ -26,11 +26,12 @@ REPO = Path(__file__).resolve().parents[2]
 def loadgen() -> Loadgen | None:
     """The compiled load generator, if it has been built
     (``cargo build --profile dist -p loadgen``)."""
-    for p in (REPO / "target" / "dist" / "loadgen", REPO / "target" / "release" / "loadgen",
-              REPO / "gpu-bundle" / "loadgen"):
-        if p.is_file():
-            return Loadgen(p)
-    return None
+    from bench.harness.isolation_load import loadgen_binary
+
+    built = loadgen_binary()
+    bundled = REPO / "gpu-bundle" / "loadgen"
+    path = built or (bundled if bundled.is_file() else None)
+    return Loadgen(path) if path else None
 
 
 def token_ids(length: int, seed: int) -> list[int]:
