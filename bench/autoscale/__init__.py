@@ -10,6 +10,7 @@ the cheapest rule that meets the latency goal. Results: ``autoscale.md``,
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -36,10 +37,17 @@ DOWN_WINDOWS = [120, 300, 600]
 
 
 def run_suite(writer, args) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-autoscale-"))
+    try:
+        return _run(writer, args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the replicas' logs and model: the results have what counts
+
+
+def _run(writer, args, work: Path) -> int:
     quick = args.mode == "quick"
     started = now()
     load_before = os.getloadavg()
-    work = Path(tempfile.mkdtemp(prefix="bench-autoscale-"))
     fleet = Fleet(Path(args.model) if args.model else bge_m3_dir(work), work)
     t = time.monotonic()
     try:
