@@ -3,6 +3,7 @@ plus the heads that turn hidden states into each output kind."""
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 
 import torch
@@ -28,21 +29,22 @@ class StepInputs:
     plan: AttnPlan
 
 
-class EmbeddingModel(nn.Module):
-    """Base class: subclasses implement ``encode`` and set the attributes."""
+class EmbeddingModel(nn.Module, abc.ABC):
+    """Base class: subclasses implement ``encode`` and ``load`` and set the
+    attributes."""
 
     kinds: tuple[OutputKind, ...] = (OutputKind.DENSE,)
     dimension: int = 0
     multi_vector_dimension: int = 0
     causal: bool = False
 
+    @abc.abstractmethod
     def encode(self, x: StepInputs) -> torch.Tensor:
         """Hidden states [T, H] for the flat batch."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def load(self, w: WeightReader) -> None:
         """Copies the model's weights in (``load_model``)."""
-        raise NotImplementedError
 
     def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         """Pooled vector per sequence before Matryoshka/normalisation: the

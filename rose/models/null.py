@@ -25,6 +25,10 @@ class NullModel(EmbeddingModel):
         # A parameter gives the module a device and dtype to follow.
         self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
 
+    def encode(self, x: StepInputs) -> torch.Tensor:
+        """Zero hidden states: no compute."""
+        return torch.zeros(x.token_ids.numel(), self.dimension, dtype=torch.float32, device=self.anchor.device)
+
     def forward(self, kind: OutputKind, x: StepInputs) -> torch.Tensor:
         n = x.cu_seqlens.numel() - 1
         return torch.zeros(n, self.dimension, dtype=torch.float32, device=self.anchor.device)
