@@ -51,6 +51,11 @@ class ModelInfo:
     # this engine's runtimes run a step): a host counts steps by them and
     # refuses a label outside this list.
     step_modes: tuple[str, ...] = ()
+    # The pooling a host may apply itself over a span of ``token_states``
+    # rows to get what ``dense`` gives for those tokens before normalization
+    # (late chunking pools chunk spans so); "" when the dense head does more
+    # than pool.
+    span_pooling: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,8 +81,22 @@ class ModelInfo:
             pair_template=getattr(model, "pair_template", ""),
             token_states_dimension=spec.hidden_size if OutputKind.DENSE in model.kinds else 0,
             step_modes=step_modes,
+            span_pooling=_span_pooling(spec, model),
             **_tokenizer_identity(spec.path),
         )
+
+
+def _span_pooling(spec: ModelSpec, model: EmbeddingModel) -> str:
+    """One pooling mode and nothing after it (no Dense projection, no
+    quantizing map) over the hidden states ``token_states`` carries."""
+    p = spec.pipeline
+    if OutputKind.DENSE not in model.kinds or p is None or p.splade is not None:
+        return ""
+    if len(p.pooling) != 1 or p.steps or spec.quantization != "none":
+        return ""
+    if model.dimension != spec.hidden_size:
+        return ""
+    return p.pooling[0]
 
 
 def _tokenizer_identity(path: Path) -> dict[str, str]:

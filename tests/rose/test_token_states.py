@@ -48,3 +48,15 @@ def test_token_states_on_static_buffers(bert_dir, texts):
         got = e.embed(seqs, OutputKind.TOKEN_STATES)
         assert got.shape == want.shape and (got - want).abs().max() <= 1e-4
     assert e.runner.stats.steps["replay"] == 1
+
+
+def test_span_pooling_names_a_head_that_only_pools(minilm_dir, xlmr_dir, reranker_bert_dir, tmp_path):
+    """What a host may pool over token-state spans itself (late chunking):
+    the one pooling mode of a head with nothing after it, else nothing."""
+    from bench.harness import tiny_models as models
+
+    assert engine(minilm_dir).info.span_pooling == "mean"
+    assert engine(xlmr_dir).info.span_pooling == "cls"
+    assert engine(reranker_bert_dir).info.span_pooling == ""
+    dense = models.st_pipeline(tmp_path / "st", models.tiny_bert(tmp_path / "bert"), dense=((96, "Tanh"),))
+    assert engine(dense).info.span_pooling == ""

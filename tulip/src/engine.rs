@@ -192,6 +192,7 @@ impl EngineHandle {
                 .transpose()?
                 .unwrap_or_default(),
             pair_template: optional(&info, "pair_template")?,
+            span_pooling: optional(&info, "span_pooling")?,
         })
     }
 

@@ -98,6 +98,9 @@ pub struct ModelInfo {
     pub pair_template: String,
     /// Width of token-state rows; 0 when the model does not produce them.
     pub token_states_dimension: u32,
+    /// The pooling a host may apply over token-state spans ("" when the
+    /// dense head does more than pool).
+    pub span_pooling: String,
 }
 
 impl ModelInfo {

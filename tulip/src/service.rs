@@ -204,6 +204,7 @@ impl Tulip for TulipService {
             default_prompt_name: m.default_prompt_name.clone(),
             labels: m.labels.clone(),
             pair_template: m.pair_template.clone(),
+            span_pooling: m.span_pooling.clone(),
         }))
     }
 }

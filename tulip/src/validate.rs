@@ -159,6 +159,7 @@ mod tests {
             labels: Vec::new(),
             pair_template: String::new(),
             token_states_dimension: 0,
+            span_pooling: String::new(),
         }
     }
 

@@ -51,6 +51,7 @@ pub(super) async fn embed_job(
         prompt_name: r.prompt_name,
         raw_scores: false,
         priority: priority(r.priority)?,
+        late_chunking: r.late_chunking,
         ..Options::default()
     };
     pipeline::run(

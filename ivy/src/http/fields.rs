@@ -142,6 +142,20 @@ pub fn opt_bool(obj: &Object, field: &'static str) -> Result<Option<bool>, ApiEr
     }
 }
 
+/// `late_chunking` (Jina's field): the inputs are the chunks of one
+/// document, each embedded from one pass over the whole document. Long
+/// documents go in windows of their own, so `long_inputs` does not combine.
+pub fn late_chunking(obj: &Object) -> Result<bool, ApiError> {
+    let on = opt_bool(obj, "late_chunking")?.unwrap_or(false);
+    if on && obj.get("long_inputs").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::schema(
+            "long_inputs",
+            "`late_chunking` embeds documents longer than the model in windows of its own; leave out `long_inputs`",
+        ));
+    }
+    Ok(on)
+}
+
 /// `truncation_direction`: "right" (default) or "left", any case.
 pub fn direction(obj: &Object) -> Result<Direction, ApiError> {
     match obj.get("truncation_direction") {

@@ -3,7 +3,8 @@
 //! Beyond OpenAI's fields: `truncate` (default true here), `truncation_direction`
 //! ("right" or "left") and `prompt_name`, as in text-embeddings-inference, and
 //! quantized `encoding_format`s (`int8`, `uint8`, `binary`, `ubinary`: arrays
-//! of integers, as `/v2/embed` makes them).
+//! of integers, as `/v2/embed` makes them), and Jina's `late_chunking`
+//! (`input` = one document's chunks; `pipeline/late_chunk.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,6 +50,7 @@ pub async fn embeddings(State(state): State<AppState>, headers: HeaderMap, body:
                 state.config.long_inputs,
                 format == Format::Float,
             )?,
+            late_chunking: fields::late_chunking(&obj)?,
             ..Options::default()
         };
         let ranges = match format {

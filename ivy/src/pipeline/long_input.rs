@@ -13,6 +13,8 @@
 //! `windows`, every window's vector is returned. An input that fits is one
 //! window, unchanged.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use ivy_tokenizer::{Direction, EncodeOptions, Tokenizer};
 
@@ -46,6 +48,28 @@ impl Frame {
             suffix: suffix.min(enc.ids.len().saturating_sub(prefix)),
         })
     }
+
+    /// Cuts the body of `seq` (its tokens between the special tokens) into
+    /// `window_ranges`, appends each window framed by the specials to
+    /// `out`, and returns the ranges (into the body).
+    pub fn windows(
+        self,
+        seq: &[u32],
+        width: usize,
+        overlap: usize,
+        out: &mut Tokenized,
+    ) -> Vec<Range<usize>> {
+        let (head, rest) = seq.split_at(self.prefix);
+        let (body, tail) = rest.split_at(rest.len() - self.suffix);
+        let ranges = window_ranges(body.len(), width, overlap);
+        for r in &ranges {
+            out.token_ids.extend_from_slice(head);
+            out.token_ids.extend_from_slice(&body[r.clone()]);
+            out.token_ids.extend_from_slice(tail);
+            out.lengths.push((head.len() + r.len() + tail.len()) as u32);
+        }
+        ranges
+    }
 }
 
 /// Which windows belong to which input.
@@ -70,7 +94,6 @@ impl Windows {
 pub fn split(tokenized: Tokenized, max_length: usize, frame: Frame) -> (Tokenized, Windows) {
     let specials = frame.prefix + frame.suffix;
     let width = max_length.saturating_sub(specials).max(1);
-    let stride = (width - width / 8).max(1);
     let mut out = Tokenized::default();
     let mut windows = Windows::default();
     let mut start = 0usize;
@@ -84,27 +107,30 @@ pub fn split(tokenized: Tokenized, max_length: usize, frame: Frame) -> (Tokenize
             windows.lengths.push(len);
             continue;
         }
-        let (head, rest) = seq.split_at(frame.prefix);
-        let (body, tail) = rest.split_at(rest.len() - frame.suffix);
-        let mut n = 0;
-        let mut from = 0;
-        loop {
-            let to = (from + width).min(body.len());
-            out.token_ids.extend_from_slice(head);
-            out.token_ids.extend_from_slice(&body[from..to]);
-            out.token_ids.extend_from_slice(tail);
-            let w = (specials + to - from) as u32;
-            out.lengths.push(w);
-            windows.lengths.push(w);
-            n += 1;
-            if to == body.len() {
-                break;
-            }
-            from += stride;
-        }
-        windows.per_input.push(n);
+        let ranges = frame.windows(seq, width, width / 8, &mut out);
+        windows
+            .lengths
+            .extend(ranges.iter().map(|r| (specials + r.len()) as u32));
+        windows.per_input.push(ranges.len() as u32);
     }
     (out, windows)
+}
+
+/// Ranges of `len` tokens: `width` long, each starting `width − overlap`
+/// after the previous one, the last ending at `len`.
+pub fn window_ranges(len: usize, width: usize, overlap: usize) -> Vec<Range<usize>> {
+    let width = width.max(1);
+    let stride = width.saturating_sub(overlap).max(1);
+    let mut out = Vec::new();
+    let mut from = 0;
+    loop {
+        let to = (from + width).min(len);
+        out.push(from..to);
+        if to >= len {
+            return out;
+        }
+        from += stride;
+    }
 }
 
 /// Joins the windows' vectors back into one entry per input: `Pool` the

@@ -11,6 +11,7 @@ mod blocking;
 mod chunk;
 mod dispatch;
 mod encode;
+mod late_chunk;
 mod long_input;
 mod output;
 pub mod predict;
@@ -128,6 +129,9 @@ pub struct Options {
     /// Dense: inputs longer than the model's window truncated (the
     /// default), or embedded in windows (`long_input.rs`).
     pub long_inputs: LongInputs,
+    /// Dense: the inputs are one document's chunks, each pooled from one
+    /// pass over the document (`late_chunk.rs`).
+    pub late_chunking: bool,
 }
 
 pub struct Job {
@@ -190,6 +194,9 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
     let pool = Arc::clone(&job.pool);
     let model = pool.info().ok_or_else(|| pool.no_replica())?;
     validate::job(&job, &model, &state.config)?;
+    if job.options.late_chunking {
+        return late_chunk::run(state, job, &model).await;
+    }
 
     let started = Instant::now();
     let templates = state.templates(&pool);
@@ -234,55 +241,80 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
     // The front's request span.
     Span::current().record("tokens", tokens);
     state.metrics.stage(Stage::Tokenize, tokenize);
+    // Pooled windows are normalized after the mean.
+    let normalize = if windows.is_some() && job.options.long_inputs == LongInputs::Pool {
+        Some(false)
+    } else {
+        job.options.normalize
+    };
+    let (mut out, priority) = infer(
+        state,
+        &pool,
+        &model,
+        &tokenized,
+        job.kind,
+        &job.options,
+        normalize,
+        job.field,
+    )
+    .await?;
+    if let Some(w) = &windows {
+        let normalize = job.options.normalize.unwrap_or(model.normalize_default);
+        out = long_input::join(out, w, job.options.long_inputs, normalize);
+    }
+    out.timing.tokenize = tokenize;
+    state.metrics.class(priority.name(), started.elapsed());
+    state.metrics.tokens(out.tokens);
+    Ok(out)
+}
+
+/// Tokenized sequences through the replicas: the per-request token limit,
+/// chunks on the token budget, dispatch, and the replies merged in order.
+#[allow(clippy::too_many_arguments)] // every one is the request's own
+async fn infer(
+    state: &AppState,
+    pool: &Pool,
+    model: &tulip::InfoResponse,
+    tokenized: &encode::Tokenized,
+    kind: Kind,
+    options: &Options,
+    normalize: Option<bool>,
+    field: &'static str,
+) -> Result<(Output, Priority), ApiError> {
     validate::tokens(
         tokenized.token_ids.len(),
         state.config.max_tokens_per_request,
-        job.field,
+        field,
     )?;
-
     let chunks = chunk::cut(
         &tokenized.lengths,
         state.config.chunk_tokens,
         model.max_request_sequences as usize,
     );
     let priority = Priority::of(
-        job.options.priority,
+        options.priority,
         tokenized.token_ids.len(),
         state.config.interactive_max_tokens,
     );
     let template = EmbedRequest {
         token_ids: Vec::new(),
         lengths: Vec::new(),
-        kind: job.kind as i32,
-        // Pooled windows are normalized after the mean.
-        normalize: if windows.is_some() && job.options.long_inputs == LongInputs::Pool {
-            Some(false)
-        } else {
-            job.options.normalize
-        },
-        dimensions: job.options.dimensions.unwrap_or(0),
-        raw_scores: job.options.raw_scores,
+        kind: kind as i32,
+        normalize,
+        dimensions: options.dimensions.unwrap_or(0),
+        raw_scores: options.raw_scores,
         request_id: RequestId::current()
             .map(|r| r.to_string())
             .unwrap_or_default(),
         priority: priority.proto() as i32,
     };
     let sent = Instant::now();
-    let replies =
-        dispatch::send_all(state, &pool, &tokenized, &chunks, &template, priority).await?;
+    let replies = dispatch::send_all(state, pool, tokenized, &chunks, &template, priority).await?;
     state.metrics.stage(Stage::Dispatch, sent.elapsed());
-
-    let mut out = Output::merge(job.kind, &chunks, replies)?;
-    if let Some(w) = &windows {
-        let normalize = job.options.normalize.unwrap_or(model.normalize_default);
-        out = long_input::join(out, w, job.options.long_inputs, normalize);
-    }
-    out.timing.tokenize = tokenize;
+    let out = Output::merge(kind, &chunks, replies)?;
     state.metrics.stage(Stage::Queue, out.timing.queue);
     state.metrics.stage(Stage::Inference, out.timing.inference);
-    state.metrics.class(priority.name(), started.elapsed());
-    state.metrics.tokens(out.tokens);
-    Ok(out)
+    Ok((out, priority))
 }
 
 #[cfg(test)]

@@ -124,6 +124,21 @@ impl Output {
         }
     }
 
+    /// One row of `dim` values per sequence (`data` little-endian f32),
+    /// made in Ivy from what replicas sent (late chunking's pooled spans).
+    pub(super) fn dense_rows(data: Bytes, dim: usize, tokens: u64, timing: Timing) -> Self {
+        Self {
+            sequences: data.len() / (dim * 4).max(1),
+            dim,
+            data,
+            row_counts: Vec::new(),
+            row_starts: Vec::new(),
+            sparse_indices: Vec::new(),
+            tokens,
+            timing,
+        }
+    }
+
     /// Dense: sequence `i`'s vector, as little-endian f32 bytes.
     pub fn row(&self, i: usize) -> &[u8] {
         let n = self.dim * 4;

@@ -50,6 +50,7 @@ struct Fragments {
     vector: Value,
     priority: Value,
     long_inputs: Value,
+    late_chunking: Value,
 }
 
 impl Fragments {
@@ -69,7 +70,10 @@ impl Fragments {
             "description": "Queue on the replicas: interactive work runs first, batch work (indexing) is never starved; unset decides by size (--interactive-max-tokens)" });
         let long_inputs = json!({ "type": ["string", "null"], "enum": ["truncate", "pool", "windows", null],
             "description": "Inputs longer than the model's window: truncate (as `truncate` says), pool (overlapping windows, their token-weighted mean, then normalization) or windows (one vector per window); unset: --long-inputs" });
+        let late_chunking = json!({ "type": "boolean", "default": false,
+            "description": "The inputs are the chunks of one document, in order: one vector per chunk, each pooled over its tokens from one pass over the whole document (late chunking, as Jina's API has it; long documents go in overlapping windows). Not with long_inputs" });
         Self {
+            late_chunking,
             ids,
             input,
             direction,
@@ -98,6 +102,7 @@ fn embed_fields(f: &Fragments, dense: bool) -> Value {
         props["dimensions"] =
             json!({ "type": "integer", "minimum": 1, "description": "Matryoshka truncation" });
         props["long_inputs"] = f.long_inputs.clone();
+        props["late_chunking"] = f.late_chunking.clone();
     }
     json!({ "type": "object", "required": ["inputs"], "properties": props })
 }
@@ -117,7 +122,7 @@ fn openai(f: &Fragments) -> Value {
             "input": input, "model": { "type": "string" },
             "encoding_format": { "type": "string", "enum": ["float", "base64", "int8", "uint8", "binary", "ubinary"], "default": "float",
                 "description": "int8/uint8/binary/ubinary (an Ivy extension): arrays of integers, as sentence-transformers' quantize_embeddings makes them" },
-            "long_inputs": f.long_inputs,
+            "long_inputs": f.long_inputs, "late_chunking": f.late_chunking,
             "dimensions": { "type": "integer", "minimum": 1 }, "user": { "type": "string" },
             "truncate": truncate(true), "truncation_direction": direction, "prompt_name": prompt,
             "priority": priority,

@@ -115,6 +115,8 @@ async fn embedding(
         let kind = kind(&pool);
         let mut options = common_options(&state, &obj)?;
         options.prompt_name = fields::opt_string(&obj, "prompt_name")?;
+        // Ours, as on `/v1/embeddings`: `inputs` = one document's chunks.
+        options.late_chunking = fields::late_chunking(&obj)?;
         if kind == Kind::Dense {
             options.normalize = Some(fields::opt_bool(&obj, "normalize")?.unwrap_or(true));
             options.dimensions = fields::dimensions(&obj)?;
