@@ -15,7 +15,8 @@ the first half of the overlap and from the later one in the second half,
 [CLS] from the first window and [SEP] from the last. Whether the served
 path uses this same rule is not known here: the suite checks served against
 reference at cosine >= 0.999 on documents that fit one window and reports
-the longer ones apart."""
+the longer ones apart. It expects a BERT-style model whose tokenizer wraps a
+text in [CLS] ... [SEP] (all-MiniLM-L6-v2, the suite's model)."""
 
 from __future__ import annotations
 
