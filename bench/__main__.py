@@ -29,6 +29,7 @@ COMMANDS = {
     "tracing": "tracing",
     "ray": "ray",
     "cpu-steps": "cpu_steps",
+    "late-chunking": "late_chunking",
 }
 
 
@@ -46,12 +47,13 @@ def parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
                       help="reliability: the few-minute mode (default); sim, autoscale: a small run (the benchmark dry run); "
-                           "ray: 2,000 documents")
+                           "ray: 2,000 documents; late-chunking: three documents, no simulated device")
     mode.add_argument("--full", dest="mode", action="store_const", const="full",
                       help="reliability: the full mode (about an hour; the committed figures)")
     p.add_argument("--only", default=None,
                    help="reliability: comma-separated sections (soak, overload, chaos, fuzz_http, fuzz_grpc, "
-                        "tokenizer_fuzz); sim: isolation[:roofline|published] (queries under indexing only)")
+                        "tokenizer_fuzz); sim: isolation[:roofline|published] (queries under indexing only), "
+                        "late-chunking (issue 46's throughput at GPU speed only)")
     return p
 
 
@@ -112,8 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
     module = importlib.import_module(f"bench.suites.{COMMANDS[args.command]}")
     started = now()
-    # `ray --quick`: a tenth of the documents (the full run takes many minutes).
-    opts = module.options(0.1 if args.command == "ray" and args.mode == "quick" else args.scale)
+    # `ray --quick`: a tenth of the documents (the full run takes many minutes);
+    # a suite with its own quick mode (quick_options) takes that.
+    if args.mode == "quick" and hasattr(module, "quick_options"):
+        opts = module.quick_options()
+    else:
+        opts = module.options(0.1 if args.command == "ray" and args.mode == "quick" else args.scale)
     if args.docs is not None and "docs" in opts:
         opts["docs"] = args.docs
     with Stack(args.model, threads=args.threads) as stack:

@@ -13,7 +13,10 @@ published Tulip and vLLM figures. Results: ``sim.md``, ``sim.json``,
 Isolation (queries under indexing, ``bench/suites/isolation.py``) runs on both
 cost models, ``roofline`` and ``published``, into
 ``sim-isolation-<model>.{md,json,png}``; ``--only isolation`` runs only it
-(``--only isolation:published`` one model)."""
+(``--only isolation:published`` one model).
+
+Late chunking's throughput (issue 46, ``bench/sim/late_chunking.py``) runs
+only when asked: ``--only late-chunking``, into ``sim-late-chunking.{md,json}``."""
 
 from __future__ import annotations
 
@@ -93,8 +96,19 @@ def _run(writer, args, work: Path) -> int:
         model_dir = Path(args.model) if args.model else bge_m3_dir(work)
         run_isolation(writer, sizes, model_dir, work, only[1].split(",") if len(only) > 1 else list(MODELS))
         return 0
+    if only[0] == "late-chunking":
+        from bench.sim import late_chunking
+
+        model_dir = Path(args.model) if args.model else bge_m3_dir(work)
+        from bench.harness.late_chunking_served import LateChunkingUnavailable
+
+        try:
+            print(late_chunking.run(writer, sizes.quick, model_dir, work).read_text())
+        except LateChunkingUnavailable as e:  # the message, not a traceback
+            raise SystemExit(f"sim late-chunking: {e}") from None
+        return 0
     if args.only:
-        raise SystemExit(f"bench sim --only: isolation[:roofline|published] is the one section, got {args.only!r}")
+        raise SystemExit(f"bench sim --only: isolation[:roofline|published] or late-chunking, got {args.only!r}")
     t_start = time.monotonic()
     started = now()
     load_before = os.getloadavg()
