@@ -1,137 +1,131 @@
-"""Late chunking in process, the reference the served vectors are checked
-against: ``transformers`` ``AutoModel`` on the model directory, one forward
-pass over the whole document (chunks joined as the served path joins them),
-each token given to the chunk its first character falls in ([CLS] to the
-first chunk, [SEP] to the last), each chunk's token states mean-pooled and
-L2-normalised. Chunks alone and queries are embedded the ordinary way: each
-text alone, truncated to the window, mean pooling over its tokens (special
-tokens included, as sentence-transformers pools), L2-normalised.
-
-A document longer than ``window`` tokens is embedded in overlapping windows
-(``windows``): each window is [CLS] + up to ``window - 2`` of the document's
-tokens + [SEP], the next starting ``overlap`` tokens before the previous one
-ended; a token seen by two windows takes its state from the earlier one in
-the first half of the overlap and from the later one in the second half,
-[CLS] from the first window and [SEP] from the last. Whether the served
-path uses this same rule is not known here: the suite checks served against
-reference at cosine >= 0.999 on documents that fit one window and reports
-the longer ones apart. It expects a BERT-style model whose tokenizer wraps a
-text in [CLS] ... [SEP] (all-MiniLM-L6-v2, the suite's model)."""
+"""Late chunking in process, the reference served vectors are checked
+against (the benchmark and tests/e2e/test_late_chunking.py), written from
+``transformers`` token states independently of Ivy's code, to the rule
+docs/api.md states: chunks joined into the document (a space between two
+chunks unless one side has whitespace), tokenized once with the model's own
+tokenizer, each token given to the chunk holding its last character
+(specials and the prompt to the chunk before them, else the first); a
+document longer than the window is cut into windows sharing a quarter of
+their tokens, each token's state read from the window where it is furthest
+from an edge; each chunk's states mean-pooled (or its last one, for
+last-token models)."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
-
-from bench.harness import inputs
-
-OVERLAP = 64
+import torch
 
 
-def windows(n: int, window: int, overlap: int = OVERLAP) -> list[tuple[int, int, int, int]]:
-    """For a document of ``n`` tokens without its two special tokens, the
-    windows as (start, end, keep_from, keep_to): the window covers tokens
-    [start, end) and gives their states to [keep_from, keep_to)."""
-    size = window - 2
-    if n <= size:
-        return [(0, n, 0, n)]
-    if not 0 <= overlap < size:
-        raise ValueError(f"overlap {overlap} must be below the window's {size} tokens")
-    out, start = [], 0
+def join(chunks: list[str]) -> tuple[str, list[int]]:
+    doc, ends = "", []
+    for i, c in enumerate(chunks):
+        if i and not doc[-1:].isspace() and not c[:1].isspace():
+            doc += " "
+        doc += c
+        ends.append(len(doc))
+    return doc, ends
+
+
+def spans(enc, prefix_chars: int, ends: list[int]) -> list[tuple[int, int]]:
+    """Each chunk's [start, end) token span in ``enc`` (a ``tokenizers``
+    encoding of prompt + document, char offsets)."""
+    owner, current = [], 0
+    for (s, e), special in zip(enc.offsets, enc.special_tokens_mask):
+        if not special and e > s and e > prefix_chars:
+            last = e - 1 - prefix_chars
+            if last < ends[-1]:
+                current = max(current, min(bisect_right(ends, last), len(ends) - 1))
+        owner.append(current)
+    out = []
+    for c in range(len(ends)):
+        where = [p for p, o in enumerate(owner) if o == c]
+        out.append((where[0], where[-1] + 1))
+    return out
+
+
+@torch.inference_mode()
+def _hidden(auto_model, ids: list[int]) -> np.ndarray:
+    t = torch.tensor([ids])
+    return auto_model(input_ids=t, attention_mask=torch.ones_like(t)).last_hidden_state[0].float().numpy()
+
+
+def token_states(auto_model, ids: list[int], special: list[int], max_length: int) -> np.ndarray:
+    """[n, H]: one forward when the document fits, else windows."""
+    n = len(ids)
+    if n <= max_length:
+        return _hidden(auto_model, ids)
+    pre = next(i for i, s in enumerate(special) if not s)
+    suf = next(i for i, s in enumerate(reversed(special)) if not s)
+    head, body, tail = ids[:pre], ids[pre:n - suf], ids[n - suf:]
+    width = max_length - pre - suf
+    stride = width - width // 4
+    ranges, start = [], 0
     while True:
-        end = min(start + size, n)
-        keep_from = 0 if not out else out[-1][3]
-        last = end == n
-        keep_to = n if last else end - overlap + overlap // 2
-        out.append((start, end, keep_from, keep_to))
-        if last:
-            return out
-        start = end - overlap
+        ranges.append((start, min(start + width, len(body))))
+        if ranges[-1][1] >= len(body):
+            break
+        start += stride
+    states = [_hidden(auto_model, head + body[a:b] + tail) for a, b in ranges]
+    rows = [states[0][p] for p in range(pre)]
+    for b in range(len(body)):
+        k = max((k for k, (a, z) in enumerate(ranges) if a <= b < z),
+                key=lambda k: (min(b - ranges[k][0], ranges[k][1] - 1 - b), -k))
+        rows.append(states[k][pre + b - ranges[k][0]])
+    rows += [states[-1][len(states[-1]) - suf + s] for s in range(suf)]
+    return np.stack(rows)
 
 
-def token_chunks(offsets: list[tuple[int, int]], special: list[int], starts: list[int]) -> np.ndarray:
-    """Which chunk each token belongs to: the chunk whose text its first
-    character falls in (``starts``: each chunk's first character in the
-    document); a special token at the start goes to the first chunk, one
-    at the end to the last."""
-    out = np.empty(len(offsets), dtype=np.int64)
-    for t, ((a, _), sp) in enumerate(zip(offsets, special)):
-        if sp:
-            out[t] = 0 if t == 0 else len(starts) - 1
-        else:
-            out[t] = int(np.searchsorted(starts, a, side="right")) - 1
-    return out
+def tokenizer(st):
+    """A copy of the model's ``tokenizers`` object (char offsets, specials
+    mask) that neither truncates nor pads."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(st.tokenizer.backend_tokenizer.to_str())
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
 
 
-def chunk_starts(chunks: list[str], document: str) -> list[int]:
-    """Where each chunk begins in ``document`` (the chunks joined)."""
-    out, pos = [], 0
-    for c in chunks:
-        i = document.index(c, pos)
-        out.append(i)
-        pos = i + len(c)
-    return out
+def late_chunks(st, chunks: list[str], pooling: str, max_length: int, prompt: str = "") -> np.ndarray:
+    """One vector per chunk (not normalized) from a SentenceTransformer's
+    tokenizer and transformer."""
+    return _late(st, chunks, pooling, max_length, prompt)[0]
+
+
+def _late(st, chunks: list[str], pooling: str, max_length: int, prompt: str = "") -> tuple[np.ndarray, int]:
+    doc, ends = join(chunks)
+    enc = tokenizer(st).encode(prompt + doc)
+    states = token_states(st[0].auto_model, enc.ids, enc.special_tokens_mask, max_length)
+    out = []
+    for a, b in spans(enc, len(prompt), ends):
+        out.append(states[b - 1] if pooling == "last" else states[a:b].mean(0))
+    return np.stack(out), len(enc.ids)
 
 
 class Reference:
-    """The model in process, float32 on the CPU."""
+    """A mean-pooled model (the benchmark's MiniLM) in process, float32 on
+    the CPU: late chunks over ``window``-token windows, and texts alone as
+    sentence-transformers embeds them; both L2-normalised."""
 
-    def __init__(self, model_dir: str, threads: int, window: int, overlap: int = OVERLAP):
-        import torch
-        from transformers import AutoModel
+    def __init__(self, model_dir: str, threads: int, window: int):
+        from sentence_transformers import SentenceTransformer
 
         torch.set_num_threads(threads)
-        self.torch = torch
-        self.model = AutoModel.from_pretrained(model_dir).eval()
-        self.tok = inputs.tokenizer(model_dir)  # no truncation, no padding
+        self.st = SentenceTransformer(model_dir, device="cpu")
         self.window = window
-        self.overlap = overlap
-        self.cls, self.sep = self.tok.token_to_id("[CLS]"), self.tok.token_to_id("[SEP]")
 
-    def _forward(self, ids: list[int]) -> np.ndarray:
-        with self.torch.inference_mode():
-            t = self.torch.tensor([ids])
-            return self.model(input_ids=t, attention_mask=self.torch.ones_like(t)).last_hidden_state[0].numpy()
-
-    def token_states(self, ids: list[int]) -> np.ndarray:
-        """The last hidden state of every token of ``ids`` ([CLS] ... [SEP]),
-        in windows when there are more than ``window``."""
-        body = ids[1:-1]
-        parts = windows(len(body), self.window, self.overlap)
-        if len(parts) == 1:
-            return self._forward(ids)
-        states = np.empty((len(ids), self.model.config.hidden_size), dtype=np.float32)
-        for k, (start, end, keep_from, keep_to) in enumerate(parts):
-            h = self._forward([self.cls, *body[start:end], self.sep])
-            states[1 + keep_from:1 + keep_to] = h[1 + keep_from - start:1 + keep_to - start]
-            if k == 0:
-                states[0] = h[0]
-            if k == len(parts) - 1:
-                states[-1] = h[-1]
-        return states
-
-    def late(self, chunks: list[str], document: str) -> tuple[np.ndarray, int]:
-        """One vector per chunk from one pass over ``document``; and the
-        document's length in tokens."""
-        enc = self.tok.encode(document)
-        owner = token_chunks(enc.offsets, enc.special_tokens_mask, chunk_starts(chunks, document))
-        states = self.token_states(enc.ids)
-        out = np.zeros((len(chunks), states.shape[1]), dtype=np.float32)
-        for i in range(len(chunks)):
-            mine = owner == i
-            if not mine.any():
-                raise ValueError(f"chunk {i} of the document has no token of its own: {chunks[i]!r}")
-            out[i] = states[mine].mean(axis=0)
-        return _normalised(out), len(enc.ids)
+    def late(self, chunks: list[str], document: str | None = None) -> tuple[np.ndarray, int]:
+        """One vector per chunk, and the document's length in tokens;
+        ``document``, when given, must be the chunks joined."""
+        if document is not None and join(chunks)[0] != document:
+            raise ValueError("the document is not its chunks joined as the served path joins them")
+        vectors, n = _late(self.st, chunks, "mean", self.window)
+        return _normalised(vectors), n
 
     def alone(self, texts: list[str]) -> np.ndarray:
-        """Each text embedded on its own (truncated to the window)."""
-        out = []
-        for t in texts:
-            ids = self.tok.encode(t).ids
-            if len(ids) > self.window:
-                ids = [*ids[:self.window - 1], self.sep]
-            out.append(self._forward(ids).mean(axis=0))
-        return _normalised(np.array(out, dtype=np.float32))
+        return self.st.encode(texts, normalize_embeddings=True, batch_size=32)
 
 
 def _normalised(x: np.ndarray) -> np.ndarray:

@@ -1,35 +1,24 @@
 """The late-chunking benchmark (``python -m bench late-chunking``): its
 dataset holds together (every target chunk exists and holds its answer, no
 target names its question's entity, another chunk of the document does),
-its in-process reference pools what a late-chunking server pools, a server
-without late chunking stops it with a message, and its quick mode runs
-against the shared Ivy. No timing is asserted."""
+its in-process reference pools what a late-chunking server pools, and its
+quick mode runs against the shared Ivy and on the simulated device. No timing is asserted."""
 
 from __future__ import annotations
 
 import copy
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from bench.harness import inputs
 from bench.harness import late_chunking_dataset as dataset
-from bench.harness.late_chunking_reference import Reference, windows
-from bench.harness.late_chunking_served import LateChunkingUnavailable
+from bench.harness.late_chunking_reference import Reference
 from bench.harness.results import Writer
 from bench.sim import late_chunking as sim_late_chunking
 from bench.sim.replicas import bge_m3_dir
 from bench.suites import late_chunking
-from tests.support.servers import REPO
-
-# Until Ivy has late chunking (issue 46) the runs against it cannot run.
-IVY_LATE_CHUNKING = "late_chunking" in "".join(p.read_text() for p in (REPO / "ivy" / "src").rglob("*.rs"))
-NEEDS_IVY_LATE_CHUNKING = pytest.mark.skipif(not IVY_LATE_CHUNKING,
-                                             reason="this Ivy has no late chunking yet (issue 46)")
 
 
 def test_every_question_has_its_target_and_its_entity_elsewhere():
@@ -68,16 +57,6 @@ def test_chunks_are_sentences_that_join_back_into_the_document():
     assert dataset.join(["one ", "two"]) == "one two" and dataset.join(["one", "\ntwo"]) == "one\ntwo"
 
 
-@pytest.mark.parametrize("n", [1, 254, 255, 600, 1000])
-def test_windows_give_every_token_one_state(n):
-    parts = windows(n, 256, overlap=64)
-    assert parts[0][2] == 0 and parts[-1][3] == n
-    for (start, end, keep_from, keep_to), nxt in zip(parts, [*parts[1:], None]):
-        assert end - start <= 254 and start <= keep_from < keep_to <= end
-        if nxt is not None:
-            assert nxt[2] == keep_to  # contiguous, no token twice
-
-
 def test_one_late_chunk_is_the_ordinary_embedding(minilm_dir, st_minilm):
     doc = next(d for d in dataset.load().documents if d.id == "d31")  # 222 tokens: one window
     ref = Reference(minilm_dir, 1, 256)
@@ -92,44 +71,7 @@ def test_one_late_chunk_is_the_ordinary_embedding(minilm_dir, st_minilm):
     assert float((late * alone).sum(1).max()) < 0.999  # each chunk saw its document
 
 
-class _Fake(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    refuse = True
-
-    def do_POST(self):  # noqa: N802
-        payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.refuse and payload.get("late_chunking"):
-            status, out = 422, {"error": {"message": "unknown field `late_chunking`"}}
-        else:
-            rows = [{"index": i, "embedding": [1.0, float(i)]} for i in range(len(payload["input"]))]
-            status, out = 200, {"data": rows, "usage": {"prompt_tokens": 1}}
-        raw = json.dumps(out).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.mark.parametrize("refuse,message", [(True, "HTTP 422"), (False, "ignored the field")])
-def test_a_server_without_late_chunking_stops_the_run_with_a_message(refuse, message):
-    handler = type("Handler", (_Fake,), {"refuse": refuse})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        ivy = SimpleNamespace(port=server.server_address[1], get=lambda path: (404, b""))
-        with pytest.raises(LateChunkingUnavailable, match=message):
-            late_chunking.measure(ivy, "unused", 1, [], **late_chunking.quick_options())
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.slow
-@NEEDS_IVY_LATE_CHUNKING
 def test_quick_run_against_ivy(ivy_minilm, minilm_dir):
     gates: list[dict] = []
     data, md = late_chunking.measure(ivy_minilm, minilm_dir, 1, gates, **late_chunking.quick_options())
@@ -144,7 +86,6 @@ def test_quick_run_against_ivy(ivy_minilm, minilm_dir):
 
 
 @pytest.mark.slow
-@NEEDS_IVY_LATE_CHUNKING
 def test_quick_run_on_the_simulated_device(tmp_path):
     path = sim_late_chunking.run(Writer(tmp_path, ["test"]), True, bge_m3_dir(tmp_path), tmp_path)
     record = json.loads(path.with_suffix(".json").read_text())

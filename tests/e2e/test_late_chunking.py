@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from bench.harness import late_chunking_reference as ref
 from bench.harness import tiny_models as models
 from bench.harness.fixtures import corpus_lines
-from tests.support import late_chunking as ref
 from tests.support.http import embeddings_reply, get_json
 from tests.support.servers import Ivy, Tulip
 from tulip_rose_cli.processes import wait_for
