@@ -15,7 +15,8 @@ path: every query) is the sum of two rows of a fixed random table picked by
 the top bits of its sequence's 64-bit hash, a handful of operations whatever
 the width, so that the rows fit within a launch's modelled host time
 (``device.py``); two different sequences share a dense row with
-probability 2^-20 per pair.
+probability 2^-20 per pair. Token states and multi-vector rows are made the
+same way per token, from the token's own hash.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class OutputSynth:
     def __init__(self, dimension: int, multi_vector_dimension: int, hidden: int, vocab: int, labels: int):
         # Dense rows: two rows of this table, by two 10-bit slices of the hash.
         self._dense = _table(np.arange(1 << _TABLE_BITS, dtype=np.uint64), dimension).astype(np.float32)
+        # Per-token rows likewise, by their token's hash: a real device's
+        # token states cost nothing beyond the forward, so rows made per
+        # value (megabytes a long document) must not bill the host path.
+        self._tokens = {width: _table(np.arange(1 << _TABLE_BITS, dtype=np.uint64) + np.uint64(width << 20),
+                                      width).astype(np.float32)
+                        for width in {hidden, multi_vector_dimension} if width > 0}
         self._w = np.zeros(0, dtype=np.uint64)
         self.cols = {
             OutputKind.DENSE: dimension,
@@ -71,6 +78,13 @@ class OutputSynth:
             OutputKind.SPARSE_VOCAB: vocab,
             OutputKind.TOKEN_STATES: hidden,
         }
+
+    def _token_rows(self, seeds: np.ndarray, width: int) -> np.ndarray:
+        """One row per token: two table rows picked by its mixed seed."""
+        table = self._tokens[width]
+        v = table[seeds >> _HIGH]
+        v += table[(seeds >> _NEXT) & _MASK]
+        return v
 
     def _weights(self, positions: int) -> np.ndarray:
         """One random odd uint64 per position, ``positions`` at least."""
@@ -137,9 +151,9 @@ class OutputSynth:
                 w[ends] = 0.0
                 dst[:, 0] = w
             elif kind is OutputKind.TOKEN_STATES:
-                dst[:] = _table(token_seed, cols)
+                dst[:] = self._token_rows(token_seed, cols)
             else:  # every token after the first, unit vectors
-                v = _table(token_seed[pos > 0], cols)
+                v = self._token_rows(token_seed[pos > 0], cols)
                 dst[:] = v / np.linalg.norm(v, axis=1, keepdims=True)
         elif kind is OutputKind.SPARSE_VOCAB:
             dst[:] = 0.0

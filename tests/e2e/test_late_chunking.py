@@ -125,6 +125,10 @@ def test_other_apis_and_options(ivy_minilm):
     grpc_rows = np.frombuffer(reply.data, dtype="<f4").reshape(len(BERLIN), -1) if reply.data else \
         np.array([e.values for e in reply.embeddings])
     assert cosines(grpc_rows, want).min() >= 0.99999
+    status, body = ivy_minilm.post_json("/v2/embed", {"texts": BERLIN, "late_chunking": True,
+                                                      "embedding_types": ["float"]})
+    assert status == 200, body
+    assert cosines(body["embeddings"]["float"], want).min() >= 0.99999
     # Matryoshka and quantized formats apply to chunk vectors as to any.
     small, _ = late(ivy_minilm, BERLIN, dimensions=64)
     assert small.shape == (4, 64) and cosines(small, want[:, :64]).min() >= 0.99999

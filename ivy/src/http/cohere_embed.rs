@@ -48,6 +48,8 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
             prompt_name: prompt_name(&state, &pool, &obj)?,
             long_inputs: fields::long_inputs(&obj, state.config.long_inputs, false)?,
             priority: fields::cohere_priority(&obj)?,
+            // Ours, as on `/v1/embeddings`: `texts` = one document's chunks.
+            late_chunking: fields::late_chunking(&obj)?,
             ..Options::default()
         };
         let ranges = quantize::ranges_for(&state, &pool, &types, &options).await?;

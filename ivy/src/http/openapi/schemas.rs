@@ -195,7 +195,7 @@ fn cohere_v2(f: &Fragments) -> Value {
             "embedding_types": { "type": "array", "items": types, "default": ["float"] },
             "output_dimension": { "type": "integer", "minimum": 1, "description": "Matryoshka truncation, before normalization and quantization" },
             "truncate": { "type": "string", "enum": ["NONE", "START", "END"], "default": "END" },
-            "prompt_name": f.prompt, "long_inputs": f.long_inputs, "priority": cohere_priority(f) } },
+            "prompt_name": f.prompt, "long_inputs": f.long_inputs, "late_chunking": f.late_chunking, "priority": cohere_priority(f) } },
         "CohereEmbedResponse": { "type": "object", "required": ["id", "embeddings", "texts", "meta"], "properties": {
             "id": { "type": "string" },
             "embeddings": { "type": "object", "properties": {
