@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from tulip_rose_cli import readers, writers
-from tulip_rose_cli.batch import KINDS, embed_batch
-from tulip_rose_cli.client import ApiError, Ivy, Retry
+import numpy as np
+
+from tulip_rose_cli import documents, readers, writers
+from tulip_rose_cli.batch import KINDS, embed_batch, late_options
+from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
@@ -59,6 +61,9 @@ class Options:
     ray: str | None = None
     # The requests' class; not in the resume manifest: it changes no vector.
     priority: str = "batch"
+    # Rows with one value in document_column are one document's chunks.
+    late_chunking: bool = False
+    document_column: str | None = None
 
 
 def _batches(rows, size: int):
@@ -78,6 +83,7 @@ class Run:
         self.failure: BaseException | None = None
         self.strict_hit = False
         self.dim = 0  # the vector width /info announced (or --dimensions)
+        self.most = DEFAULT_BATCH  # the gateway's inputs per request
 
     def say(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -107,8 +113,13 @@ class Run:
             raise Exit(USAGE, "--ray needs Ray: pip install 'ray[data]' (or, in a clone, pip install -e '.[ray]')")
         # Every option is checked before anything is written: a mistyped
         # column must not leave a work directory that blocks the fixed rerun.
+        if o.late_chunking != bool(o.document_column):
+            raise Exit(USAGE, "--late-chunking needs --document-column NAME (the column saying which document "
+                              "each row is a chunk of), and --document-column needs --late-chunking")
+        if o.late_chunking and o.kind != "dense":
+            raise Exit(USAGE, f"--late-chunking makes dense vectors only, not --kind {o.kind}")
         try:
-            readers.check(o.input, in_fmt, o.column, o.id_column)
+            readers.check(o.input, in_fmt, o.column, o.id_column, o.document_column)
         except readers.InputError as e:
             raise Exit(USAGE, str(e)) from None
         kind = KINDS[o.kind]
@@ -128,9 +139,11 @@ class Run:
             known = ", ".join(map(repr, prompts)) if prompts else "none"
             raise Exit(USAGE, f"--prompt-name {o.prompt_name!r}: the gateway knows no such prompt (its prompts: "
                               f"{known}; the model's own, or those of Ivy's --config [prompts])")
-        most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
+        most = self.most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
         batch = o.batch_size or min(DEFAULT_BATCH, most)
-        if batch > most:
+        if o.late_chunking:
+            self._check_late_chunking()
+        elif batch > most:  # late chunking sends a document per request, whatever the batch
             raise Exit(USAGE, f"--batch-size {batch} is over the gateway's limit of {most} inputs per request")
         concurrency = o.concurrency or 2 * self._replicas()
         dim = o.dimensions or int(info.get("dimension") or 0)
@@ -143,7 +156,30 @@ class Run:
             "dimensions": o.dimensions, "truncate": o.truncate, "model_id": info.get("model_id"),
             "dimension": dim,
         }
+        if o.late_chunking:  # only then, so runs from before the option still resume
+            # The gateway's limit decides which documents are bad, so where batches end.
+            manifest.update(late_chunking=True, document_column=o.document_column, max_client_batch_size=most)
         return in_fmt, out_fmt, batch, concurrency, manifest
+
+    def _check_late_chunking(self) -> None:
+        """One small document, late-chunked and not: a gateway that refuses
+        (a model whose head projects) or ignores the field (an Ivy from
+        before it) is found before the run, not after a file of bad rows or
+        of vectors that are not late-chunked."""
+        o = self.opts
+        texts = ["Berlin is the capital of Germany.", "The city has 3.8 million inhabitants."]
+        try:
+            late = self.ivy.embed("dense", texts, late_options(o)).rows
+            alone = self.ivy.embed("dense", texts[1:], request_options(o.truncate, o.prompt_name, o.dimensions,
+                                                                       o.priority)).rows
+        except Rejected as e:
+            raise Exit(USAGE, f"--late-chunking: the gateway refused a small late-chunked document (HTTP "
+                              f"{e.status}): {e.message}") from None
+        except ApiError as e:
+            raise Exit(SERVER, f"cannot try --late-chunking on {o.url}: {e}") from None
+        if np.allclose(late[1], alone[0], atol=1e-6):
+            raise Exit(USAGE, "--late-chunking: the gateway answered the chunks embedded alone: it ignores "
+                              "`late_chunking` (an Ivy from before late chunking?)")
 
     def _replicas(self) -> int:
         """Healthy replicas behind the gateway (1 when it does not say):
@@ -184,8 +220,11 @@ class Run:
         the batches seen."""
         o = self.opts
         try:
-            rows = readers.rows(o.input, in_fmt, o.column, o.id_column)
-            for k, batch_rows in enumerate(_batches(rows, size)):
+            rows = readers.rows(o.input, in_fmt, o.column, o.id_column, o.document_column)
+            # With late chunking a batch holds whole documents.
+            batches = documents.batches(documents.split(rows, self.most), size) if o.late_chunking \
+                else _batches(rows, size)
+            for k, batch_rows in enumerate(batches):
                 if self.stop.is_set():
                     return
                 self.chunks = k + 1
