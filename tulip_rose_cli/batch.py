@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from tulip_rose_cli import documents, readers
 from tulip_rose_cli.client import ApiError, Ivy, Rejected, request_options
 from tulip_rose_cli.work import Chunk
@@ -60,6 +62,23 @@ def late_options(opts: Options) -> dict:
     Ivy windows a long document itself)."""
     return {**request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority),
             "late_chunking": True}
+
+
+def late_chunking_unavailable(ivy: Ivy, options: dict) -> str | None:
+    """Why the gateway cannot late-chunk with ``options`` (the requests'
+    other fields), or None. One small document, late-chunked and not: a
+    gateway that refuses (a model whose head projects) or ignores the field
+    (an Ivy from before it) is found before the work, not after a file of
+    bad rows or of vectors that are not late-chunked."""
+    texts = ["Berlin is the capital of Germany.", "The city has 3.8 million inhabitants."]
+    try:
+        late = ivy.embed("dense", texts, {**options, "late_chunking": True}).rows
+        alone = ivy.embed("dense", texts[1:], options).rows
+    except Rejected as e:
+        return f"the gateway refused a small late-chunked document (HTTP {e.status}): {e.message}"
+    if np.allclose(late[1], alone[0], atol=1e-6):
+        return "the gateway answered the chunks embedded alone: it ignores `late_chunking` (an Ivy from before it?)"
+    return None
 
 
 def _late_chunks(ivy: Ivy, opts: Options, rows: list[readers.Row]) -> tuple[list, list, list, int]:

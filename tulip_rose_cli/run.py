@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-import numpy as np
-
 from tulip_rose_cli import documents, readers, writers
-from tulip_rose_cli.batch import KINDS, embed_batch, late_options
-from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry, request_options
+from tulip_rose_cli.batch import KINDS, embed_batch, late_chunking_unavailable
+from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
@@ -162,24 +160,14 @@ class Run:
         return in_fmt, out_fmt, batch, concurrency, manifest
 
     def _check_late_chunking(self) -> None:
-        """One small document, late-chunked and not: a gateway that refuses
-        (a model whose head projects) or ignores the field (an Ivy from
-        before it) is found before the run, not after a file of bad rows or
-        of vectors that are not late-chunked."""
         o = self.opts
-        texts = ["Berlin is the capital of Germany.", "The city has 3.8 million inhabitants."]
         try:
-            late = self.ivy.embed("dense", texts, late_options(o)).rows
-            alone = self.ivy.embed("dense", texts[1:], request_options(o.truncate, o.prompt_name, o.dimensions,
-                                                                       o.priority)).rows
-        except Rejected as e:
-            raise Exit(USAGE, f"--late-chunking: the gateway refused a small late-chunked document (HTTP "
-                              f"{e.status}): {e.message}") from None
+            why = late_chunking_unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions,
+                                                                      o.priority))
         except ApiError as e:
             raise Exit(SERVER, f"cannot try --late-chunking on {o.url}: {e}") from None
-        if np.allclose(late[1], alone[0], atol=1e-6):
-            raise Exit(USAGE, "--late-chunking: the gateway answered the chunks embedded alone: it ignores "
-                              "`late_chunking` (an Ivy from before late chunking?)")
+        if why:
+            raise Exit(USAGE, f"--late-chunking: {why}")
 
     def _replicas(self) -> int:
         """Healthy replicas behind the gateway (1 when it does not say):

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.harness.fixtures import corpus_lines
-from tests.support.http import embed
+from tests.support.http import embed, embeddings_reply
 from tests.support.servers import REPO
 from tulip_rose_cli.cli import main
 
@@ -75,6 +75,7 @@ def test_rows_get_their_documents_late_chunked_vectors(ivy_minilm, tmp_path, fmt
     got = np.array(t.column("embedding").to_pylist(), dtype=np.float32)
     want = np.concatenate([late(ivy_minilm, chunks) for chunks in DOCS.values()])
     np.testing.assert_allclose(got, want, atol=1e-6)
+    assert embeddings_reply(ivy_minilm, DOCS["long"], late_chunking=True)["usage"]["prompt_tokens"] > 256
     # Not the chunks embedded alone.
     assert np.abs(got - embed(ivy_minilm, [r[2] for r in rows_of(DOCS)])).max() > 0.01
 
