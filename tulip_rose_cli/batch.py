@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tulip_rose_cli import readers
-from tulip_rose_cli.client import ApiError, Ivy, request_options
+import numpy as np
+
+from tulip_rose_cli import documents, readers
+from tulip_rose_cli.client import ApiError, Ivy, Rejected, request_options
 from tulip_rose_cli.work import Chunk
 
 if TYPE_CHECKING:
@@ -22,9 +24,26 @@ def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> C
     the options, so a Ray task (``--ray``) computes the very chunk a
     worker thread does."""
     kind = KINDS[opts.kind]
+    if opts.late_chunking:
+        outputs, kept, errors, tokens = _late_chunks(ivy, opts, rows)
+    else:
+        outputs, kept, errors, tokens = _rows(ivy, opts, kind, rows)
+    widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
+    if widths - {dim}:  # the file's vector column has one width
+        raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, not the {dim} it announced")
+    errors.sort(key=lambda e: e["row"])
+    return Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs, errors=errors,
+                 tokens=tokens)
+
+
+def _rows(ivy: Ivy, opts: Options, kind: str, rows: list[readers.Row]) -> tuple[list, list, list, int]:
+    """The good rows in one request (row by row if Ivy rejects it):
+    (outputs, their rows, error records, tokens)."""
     good = [r for r in rows if r.text is not None]
     errors = [_error(r, r.bad) for r in rows if r.bad is not None]
-    outputs, kept, tokens = [], [], 0
+    outputs: list = []
+    kept: list[readers.Row] = []
+    tokens = 0
     if good:
         body = request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority)
         texts = [r.text for r in good if r.text is not None]  # all of them: the check narrows the type
@@ -35,12 +54,61 @@ def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> C
             else:
                 outputs.append(out)
                 kept.append(r)
-    widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
-    if widths - {dim}:  # the file's vector column has one width
-        raise ApiError(200, f"the gateway answered vectors of width {sorted(widths)}, not the {dim} it announced")
-    errors.sort(key=lambda e: e["row"])
-    return Chunk(rows=[r.index for r in kept], ids=[r.id for r in kept], outputs=outputs, errors=errors,
-                 tokens=tokens)
+    return outputs, kept, errors, tokens
+
+
+def late_options(opts: Options) -> dict:
+    """The body fields of a late-chunking request (``truncate`` is moot:
+    Ivy windows a long document itself)."""
+    return {**request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority),
+            "late_chunking": True}
+
+
+def late_chunking_unavailable(ivy: Ivy, options: dict) -> str | None:
+    """Why the gateway cannot late-chunk with ``options`` (the requests'
+    other fields), or None. One small document, late-chunked and not: a
+    gateway that refuses (a model whose head projects) or ignores the field
+    (an Ivy from before it) is found before the work, not after a file of
+    bad rows or of vectors that are not late-chunked."""
+    texts = ["Berlin is the capital of Germany.", "The city has 3.8 million inhabitants."]
+    try:
+        late = ivy.embed("dense", texts, {**options, "late_chunking": True}).rows
+        alone = ivy.embed("dense", texts[1:], options).rows
+    except Rejected as e:
+        return f"the gateway refused a small late-chunked document (HTTP {e.status}): {e.message}"
+    if np.allclose(late[1], alone[0], atol=1e-6):
+        return "the gateway answered the chunks embedded alone: it ignores `late_chunking` (an Ivy from before it?)"
+    return None
+
+
+def _late_chunks(ivy: Ivy, opts: Options, rows: list[readers.Row]) -> tuple[list, list, list, int]:
+    """Each document of the batch in one late-chunking request, in turn:
+    (outputs, their rows, error records, tokens). A document with a bad row,
+    or one Ivy rejects, is bad as a whole: its chunks' vectors would be
+    pooled from another document than the file holds."""
+    body = late_options(opts)
+    outputs: list = []
+    kept: list[readers.Row] = []
+    errors: list[dict] = []
+    tokens = 0
+    for doc in documents.split(rows):
+        bad = next((r for r in doc if r.bad is not None), None)
+        if bad is not None:
+            why = f"its document has a bad row (row {readers.row_number(bad.index)}: {bad.bad})"
+            errors += [_error(r, r.bad or why) for r in doc]
+            continue
+        try:
+            res = ivy.embed("dense", [r.text for r in doc if r.text is not None], body)
+        except Rejected as e:
+            first, last = readers.row_number(doc[0].index), readers.row_number(doc[-1].index)
+            why = (f"its document (rows {first}-{last}; input[0] is row {first}) was rejected by Ivy "
+                   f"(HTTP {e.status}): {e.message}")
+            errors += [_error(r, why) for r in doc]
+            continue
+        outputs += res.rows
+        kept += doc
+        tokens += res.tokens
+    return outputs, kept, errors, tokens
 
 
 def _error(row: readers.Row, reason: str) -> dict:

@@ -44,6 +44,16 @@ retried with exponential backoff and jitter while the gateway has been
 failing for less than --retry-for seconds: one clock for the whole run,
 started by the first failure and stopped by the next success.
 
+Late chunking (--late-chunking --document-column NAME; JSONL, CSV/TSV or
+Parquet): consecutive rows with one value in the NAME column are the chunks
+of one document, in order. Each document goes to Ivy in one request
+("late_chunking": true: one pass over the whole document, long ones in
+windows), and each row still gets its own vector. Batches hold whole
+documents (a document longer than --batch-size is a batch of its own). A
+document is bad as a whole, every row of it listed in the errors file,
+when one of its rows is bad, when it has more chunks than the gateway takes
+per request, or when Ivy rejects it (e.g. a chunk with no token of its own).
+
 Each request carries "priority": "batch" (--priority), so a gateway that
 separates traffic classes serves interactive queries first.
 
@@ -89,6 +99,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--dimensions", type=int, metavar="N", help="Matryoshka: keep the first N dimensions, renormalised")
     g.add_argument("--truncate", action=argparse.BooleanOptionalAction, default=True,
                    help="cut inputs over the model's length limit (default); with --no-truncate they are bad rows")
+    g.add_argument("--late-chunking", action="store_true",
+                   help="embed each document's chunks in one pass over the document (needs --document-column; "
+                        "dense only)")
+    g.add_argument("--document-column", "--document-field", dest="document_column", metavar="NAME",
+                   help="with --late-chunking: the column (JSONL field) whose value says which document a row "
+                        "is a chunk of; consecutive rows with one value are one document, in order")
     g.add_argument("--priority", choices=["batch", "interactive"], default="batch",
                    help="the requests' priority class: batch (default) yields to interactive queries on the "
                         "same replicas; interactive competes with them")
@@ -131,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                    prompt_name=args.prompt_name, dimensions=args.dimensions, truncate=args.truncate,
                    strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
                    timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every,
-                   ray=args.ray, priority=args.priority)
+                   ray=args.ray, priority=args.priority, late_chunking=args.late_chunking,
+                   document_column=args.document_column)
     try:
         return Run(opts).run()
     except KeyboardInterrupt:  # before the batches start, or while assembling

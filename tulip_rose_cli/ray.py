@@ -20,6 +20,19 @@ multi-vector; and ``error``, null for good rows and the reason for a bad
 one (whose outputs are null). With ``strict=True`` the first bad row fails
 the task instead, naming the row.
 
+With ``late_chunking=True`` and ``document_column`` (dense only), the
+consecutive rows of a batch with one value in ``document_column`` are the
+chunks of one document, embedded from one pass over the document
+(docs/api.md, "Late chunking"): one Ivy request per document, or the
+engine's token states pooled over each chunk's span in the actor. The
+chunks go in the order of ``position_column`` where given, else in the
+batch's order. A batch must hold whole documents, which ``map_batches``
+does not promise (it cuts batches by size), and Ray's groupby does not
+keep a group's rows in dataset order (a hash shuffle): so
+``ds.groupby(document_column).map_groups(...)`` with a ``position_column``,
+every call one whole document, its chunks put in order here. A document
+with a bad row, or one refused, is bad as a whole.
+
 ``run_batches`` is the ``--ray`` engine of ``tulip-rose embed``: the same
 batches as the single-machine run, sent from Ray tasks, stored in the same
 resumable work directory by the driver, so the output file is the same.
@@ -37,8 +50,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tulip_rose_cli import readers, writers
-from tulip_rose_cli.client import Ivy, Retry, request_options
+from tulip_rose_cli import documents, readers, writers
+from tulip_rose_cli import late_chunking as chunking
+from tulip_rose_cli.batch import late_chunking_unavailable
+from tulip_rose_cli.client import Ivy, Rejected, Retry, request_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -124,24 +139,41 @@ class _Embedder(abc.ABC):
     kind: str
     dim: int
 
-    def __init__(self, kind: str, column: str, strict: bool, id_column: str | None, error_column: str):
+    def __init__(self, kind: str, column: str, strict: bool, id_column: str | None, error_column: str,
+                 late_chunking: bool = False, document_column: str | None = None,
+                 position_column: str | None = None):
         self.kind = _kind(kind)
         self.column = column
         self.strict = strict
         self.id_column = id_column
         self.error_column = error_column
+        if late_chunking != bool(document_column):
+            raise ValueError("late_chunking needs document_column (the column saying which document each row is "
+                             "a chunk of), and document_column needs late_chunking")
+        if position_column and not document_column:
+            raise ValueError("position_column orders a document's chunks: it needs late_chunking and document_column")
+        if late_chunking and self.kind != "dense":
+            raise ValueError(f"late chunking makes dense vectors only, not {kind}")
+        self.document_column = document_column
+        self.position_column = position_column
 
     @abc.abstractmethod
     def _embed(self, texts: list[str]) -> tuple[list, dict[int, str]]:
         """Outputs of ``texts`` (None where a text is bad) and the reasons:
         through Ivy (IvyEmbedder) or the engine in the actor (RoseEmbedder)."""
 
+    @abc.abstractmethod
+    def _late(self, docs: list[list[str]]) -> list[tuple[np.ndarray | None, str | None]]:
+        """Each document's chunk vectors, or why it has none."""
+
     def __call__(self, batch) -> pa.Table:
         table = _table(batch)
         texts, reasons = _texts(table, self.column)
         good = [i for i, r in enumerate(reasons) if r is None]
         outputs: list = [None] * len(texts)
-        if good:
+        if self.document_column:
+            self._late_rows(table, texts, reasons, outputs)
+        elif good:
             got, rejected = self._embed([texts[i] for i in good])
             for j, i in enumerate(good):
                 outputs[i] = got[j]
@@ -152,6 +184,34 @@ class _Embedder(abc.ABC):
                 if r is not None:
                     raise BadRow(f"{_row_name(table, i, self.id_column, texts[i])}: {r}")
         return _with_outputs(table, self.kind, outputs, reasons, self.dim, self.error_column)
+
+    def _late_rows(self, table, texts: list, reasons: list, outputs: list) -> None:
+        """Late chunking: fills ``outputs`` and ``reasons`` document by
+        document (the rules of ``tulip-rose embed --late-chunking``)."""
+        for name in filter(None, (self.document_column, self.position_column)):
+            if name not in table.column_names:
+                raise KeyError(f"the batch has no column {name!r}; its columns are {table.column_names}")
+        keys = table.column(self.document_column).to_pylist()
+        places = table.column(self.position_column).to_pylist() if self.position_column else [0] * len(keys)
+        rows = []
+        for i, (text, why, key, place) in enumerate(zip(texts, reasons, keys, places)):
+            why = why or ("no document value" if key is None else "no position" if place is None else None)
+            rows.append(readers.Row(i, None, None, None if why else text, why, key))
+        sent = []
+        for doc in documents.split(rows):
+            bad = next((r for r in doc if r.bad is not None), None)
+            if bad is None:
+                # The chunks in their positions' order (sorted() is stable).
+                sent.append(sorted(doc, key=lambda r: places[r.index]))
+                continue
+            for r in doc:
+                reasons[r.index] = r.bad or f"its document has a bad row (row {bad.index} of its batch: {bad.bad})"
+        for doc, (vectors, why) in zip(sent, self._late([[r.text or "" for r in doc] for doc in sent])):
+            for j, r in enumerate(doc):
+                if vectors is None:
+                    reasons[r.index] = why
+                else:
+                    outputs[r.index] = vectors[j]
 
 
 class IvyEmbedder(_Embedder):
@@ -164,20 +224,25 @@ class IvyEmbedder(_Embedder):
     timeouts and refused connections with backoff (and Retry-After) for up
     to ``retry_for`` seconds, as ``tulip-rose embed`` does. A request Ivy
     rejects (400/413/422) is retried one text at a time to find the bad
-    rows. ``api_key`` defaults to ``IVY_API_KEY``."""
+    rows. ``api_key`` defaults to ``IVY_API_KEY``. With ``late_chunking``
+    each document is one request (``requests_in_flight`` documents at a
+    time); a gateway that cannot late-chunk is refused here, before the
+    first batch."""
 
     def __init__(self, url: str, *, kind: str = "dense", column: str = "text", api_key: str | None = None,
                  prompt_name: str | None = None, dimensions: int | None = None, truncate: bool = True,
                  strict: bool = False, id_column: str | None = None, error_column: str = "error",
                  request_size: int | None = None, requests_in_flight: int = 2, timeout: float = 120.0,
-                 retry_for: float = 600.0, priority: str = "batch"):
-        super().__init__(kind, column, strict, id_column, error_column)
+                 retry_for: float = 600.0, priority: str = "batch", late_chunking: bool = False,
+                 document_column: str | None = None, position_column: str | None = None):
+        super().__init__(kind, column, strict, id_column, error_column, late_chunking, document_column,
+                         position_column)
         api_key = api_key if api_key is not None else os.environ.get("IVY_API_KEY")
         self.ivy = Ivy(url, api_key, timeout, Retry(give_up_after=retry_for))
         info = self.ivy.get_json("/info")
         if self.kind not in info.get("kinds", [self.kind]):
             raise ValueError(f"the model {info.get('model_id')} serves {info.get('kinds')}, not {self.kind}")
-        most = int(info.get("max_client_batch_size") or 64)
+        most = self.most = int(info.get("max_client_batch_size") or 64)
         self.request_size = min(request_size or 64, most)
         self.dim = int(dimensions or info.get("dimension") or 0)
         self.options = request_options(truncate, prompt_name, dimensions, priority)
@@ -185,6 +250,8 @@ class IvyEmbedder(_Embedder):
             # /info gives the dense width only: the token vectors' width is
             # what one answer has (every block's column must have one type).
             self.dim = int(self.ivy.embed(self.kind, ["width"], self.options).rows[0].shape[1])
+        if late_chunking and (why := late_chunking_unavailable(self.ivy, self.options)):
+            raise ValueError(f"late_chunking: {why}")
         self.pool = ThreadPoolExecutor(max(1, requests_in_flight))
 
     def _embed(self, texts: list[str]) -> tuple[list, dict[int, str]]:
@@ -197,6 +264,20 @@ class IvyEmbedder(_Embedder):
             errors.update({s + j: reason for j, reason in bad.items()})
         return outputs, errors
 
+    def _late(self, docs: list[list[str]]) -> list[tuple[np.ndarray | None, str | None]]:
+        body = {**self.options, "late_chunking": True}
+
+        def one(chunks: list[str]) -> tuple[np.ndarray | None, str | None]:
+            if len(chunks) > self.most:
+                return None, (f"its document has more than {self.most} chunks, the gateway's limit of inputs per "
+                              "request (max_client_batch_size): split it into smaller documents")
+            try:
+                return np.stack(self.ivy.embed("dense", chunks, body).rows), None
+            except Rejected as e:
+                return None, f"its document was rejected by Ivy (HTTP {e.status}): {e.message}"
+
+        return list(self.pool.map(one, docs))
+
 
 class RoseEmbedder(_Embedder):
     """``ds.map_batches(RoseEmbedder, fn_constructor_kwargs={"model": ...},
@@ -208,14 +289,19 @@ class RoseEmbedder(_Embedder):
     named one, else the model's default), truncated to the model's limit
     (or, with ``truncate=False``, refused with the message Ivy gives), and
     the outputs are made as Tulip makes them: so each row equals Ivy's
-    answer for the same text on the same model, device and dtype."""
+    answer for the same text on the same model, device and dtype. With
+    ``late_chunking`` the engine's token states are pooled over each
+    chunk's span here, to Ivy's rule (``late_chunking.py``); a model whose
+    head does more than pool is refused, as Ivy refuses it."""
 
     def __init__(self, model: str, *, kind: str = "dense", column: str = "text", prompt_name: str | None = None,
                  dimensions: int | None = None, truncate: bool = True, strict: bool = False,
                  id_column: str | None = None, error_column: str = "error", token_budget: int = 4096,
                  device: str = "auto", dtype: str = "auto", threads: int | None = None,
-                 cpu_bf16: bool | None = None):
-        super().__init__(kind, column, strict, id_column, error_column)
+                 cpu_bf16: bool | None = None, late_chunking: bool = False, document_column: str | None = None,
+                 position_column: str | None = None):
+        super().__init__(kind, column, strict, id_column, error_column, late_chunking, document_column,
+                         position_column)
         import torch
         from tokenizers import Tokenizer
 
@@ -255,6 +341,11 @@ class RoseEmbedder(_Embedder):
         self.token_budget = max(token_budget, self.max_length)
         self.dimensions = dimensions
         self.dim = (dimensions or info.dimension) if self.kind == "dense" else info.multi_vector_dimension
+        self.span_pooling = chunking.MODES.get(info.span_pooling) if info.token_states_dimension else None
+        if self.document_column and self.span_pooling is None:
+            raise ValueError(f"the model {info.model_id} cannot be late-chunked: its vectors are not a pooling of "
+                             "its token states alone (its head projects or quantizes after pooling)")
+        self.normalize = info.normalize_default
         self.lock = threading.Lock()  # the engine runs one step at a time
 
     def _ids(self, text: str) -> tuple[list[int] | None, str | None]:
@@ -291,6 +382,41 @@ class RoseEmbedder(_Embedder):
                 for (i, _), out in zip(step, self._step([ids for _, ids in step])):
                     outputs[i] = out
         return outputs, errors
+
+    def _late(self, docs: list[list[str]]) -> list[tuple[np.ndarray | None, str | None]]:
+        plans: list = []
+        for chunks in docs:
+            try:
+                plans.append(chunking.plan(self.whole, self.prefix, chunks, self.max_length))
+            except ValueError as e:  # Ivy answers these with 422
+                plans.append(f"its document was refused: {e}")
+        states = self._states([s for p in plans if not isinstance(p, str) for s in p.sequences])
+        out: list[tuple[np.ndarray | None, str | None]] = []
+        for p in plans:
+            if isinstance(p, str):
+                out.append((None, p))
+                continue
+            assert self.span_pooling is not None  # __init__ refuses late chunking without it
+            out.append((chunking.pool(p, states[:len(p.sequences)], self.span_pooling, self.dim,
+                                           self.normalize), None))
+            states = states[len(p.sequences):]
+        return out
+
+    def _states(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """Each sequence's token states ([len, hidden]), in steps of at
+        most ``token_budget`` tokens."""
+        out: list[np.ndarray] = []
+        with self.lock:
+            start = 0
+            while start < len(seqs):
+                end, tokens = start + 1, len(seqs[start])
+                while end < len(seqs) and tokens + len(seqs[end]) <= self.token_budget:
+                    tokens += len(seqs[end])
+                    end += 1
+                flat = self.engine.embed(seqs[start:end], "token_states").float().numpy()
+                out += np.split(flat, np.cumsum([len(s) for s in seqs[start:end - 1]]))
+                start = end
+        return out
 
     def _step(self, seqs: list[list[int]]) -> list:
         """One engine step's outputs per sequence, shaped as Tulip shapes

@@ -10,7 +10,10 @@ Row numbers, one rule for every format: a row's number is its position
 among the data rows, counted from 1 (a CSV/TSV header is not a data row).
 Without an id column a row's id is its number, and the errors file's "row"
 is the same number; its "line" is where the row starts in the file (for
-text and JSONL the same as the number; none for Parquet)."""
+text and JSONL the same as the number; none for Parquet).
+
+With a document column (late chunking), each row also carries its
+document's value; a row without one is bad."""
 
 from __future__ import annotations
 
@@ -36,13 +39,15 @@ class Row:
     ``row_number(index)``), ``line`` is the 1-based line of the file it
     starts on (None for Parquet), ``id`` the value of the id column, or the
     row's number when no id column is given. Exactly one of ``text`` and
-    ``bad`` is set."""
+    ``bad`` is set. ``doc`` is the document column's value (None without
+    one, or where the row has none)."""
 
     index: int
     line: int | None
     id: object
     text: str | None = None
     bad: str | None = None
+    doc: object = None
 
 
 DEFAULT_COLUMN = "text"
@@ -104,7 +109,7 @@ def _text_rows(path: Path) -> Iterator[Row]:
             yield Row(i, line, num, None if bad else text, bad)
 
 
-def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
+def _jsonl_rows(path: Path, field: str, id_field: str | None, doc_field: str | None) -> Iterator[Row]:
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
             line = i + 1
@@ -124,14 +129,17 @@ def _jsonl_rows(path: Path, field: str, id_field: str | None) -> Iterator[Row]:
             if id_field and rid is None:
                 yield Row(i, line, fallback, bad=f"no id field {id_field!r}")
                 continue
+            doc = _id_value(obj.get(doc_field)) if doc_field else None
             text = obj.get(field)
-            if text is None:
-                yield Row(i, line, rid, bad=f"no field {field!r}")
+            if doc_field and doc is None:
+                yield Row(i, line, rid, bad=f"no document field {doc_field!r}")
+            elif text is None:
+                yield Row(i, line, rid, bad=f"no field {field!r}", doc=doc)
             elif not isinstance(text, str):
-                yield Row(i, line, rid, bad=f"field {field!r} is not a string")
+                yield Row(i, line, rid, bad=f"field {field!r} is not a string", doc=doc)
             else:
                 bad = check_text(text)
-                yield Row(i, line, rid, None if bad else text, bad)
+                yield Row(i, line, rid, None if bad else text, bad, doc)
 
 
 def _id_value(v):
@@ -142,7 +150,8 @@ def _id_value(v):
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) -> Iterator[Row]:
+def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None,
+              doc_column: str | None) -> Iterator[Row]:
     # Documents can be far longer than the csv module's 128 KiB field limit.
     csv.field_size_limit(2**31 - 1)
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
@@ -152,10 +161,11 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
         header = next(reader, None)
         if header is None:
             return
-        for name in filter(None, (column, id_column)):
+        for name in filter(None, (column, id_column, doc_column)):
             if name not in header:
                 raise InputError(_no_column(path, name, column, header))
         col, id_col = header.index(column), header.index(id_column) if id_column else None
+        doc_col = header.index(doc_column) if doc_column else None
         start = reader.line_num + 1
         for i, record in enumerate(_records(reader, path)):
             line = start
@@ -167,11 +177,17 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None) ->
                 if rid is None or check_text(rid) == "not UTF-8":
                     yield Row(i, line, num, bad="no id" if rid is None else "id not UTF-8")
                     continue
+            doc = None
+            if doc_col is not None:
+                doc = record[doc_col] if doc_col < len(record) else None
+                if doc is None or check_text(doc) == "not UTF-8":
+                    yield Row(i, line, rid, bad="no document value" if doc is None else "document value not UTF-8")
+                    continue
             if col >= len(record):
-                yield Row(i, line, rid, bad=f"no column {column!r} in this record")
+                yield Row(i, line, rid, bad=f"no column {column!r} in this record", doc=doc)
                 continue
             bad = check_text(record[col])
-            yield Row(i, line, rid, None if bad else record[col], bad)
+            yield Row(i, line, rid, None if bad else record[col], bad, doc)
 
 
 def _records(reader, path: Path):
@@ -183,29 +199,34 @@ def _records(reader, path: Path):
         raise InputError(f"{path}, line {reader.line_num}: {e}") from None
 
 
-def _parquet_rows(path: Path, column: str, id_column: str | None) -> Iterator[Row]:
+def _parquet_rows(path: Path, column: str, id_column: str | None, doc_column: str | None) -> Iterator[Row]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
-    for name in filter(None, (column, id_column)):
+    for name in filter(None, (column, id_column, doc_column)):
         if name not in names:
             raise InputError(_no_column(path, name, column, names))
     i = 0
-    for batch in pf.iter_batches(columns=[c for c in (column, id_column) if c], batch_size=4096):
+    wanted = list(dict.fromkeys(c for c in (column, id_column, doc_column) if c))
+    for batch in pf.iter_batches(columns=wanted, batch_size=4096):
         texts = batch.column(column).to_pylist()
         ids = batch.column(id_column).to_pylist() if id_column else None
+        docs = batch.column(doc_column).to_pylist() if doc_column else None
         for j, text in enumerate(texts):
             rid = _id_value(ids[j]) if ids else row_number(i)
+            doc = _id_value(docs[j]) if docs else None
             if rid is None:
                 yield Row(i, None, row_number(i), bad="no id")
+            elif docs and doc is None:
+                yield Row(i, None, rid, bad="no document value")
             elif text is None:
-                yield Row(i, None, rid, bad="empty")
+                yield Row(i, None, rid, bad="empty", doc=doc)
             elif not isinstance(text, str):
-                yield Row(i, None, rid, bad=f"column {column!r} is not a string")
+                yield Row(i, None, rid, bad=f"column {column!r} is not a string", doc=doc)
             else:
                 bad = check_text(text)
-                yield Row(i, None, rid, None if bad else text, bad)
+                yield Row(i, None, rid, None if bad else text, bad, doc)
             i += 1
 
 
@@ -214,28 +235,35 @@ def _no_column(path: Path, name: str, column: str, names: list) -> str:
     return f"{path} has no column {name!r}{default}; its columns are {names}"
 
 
-def check(path: Path, fmt: str, column: str | None, id_column: str | None) -> None:
+def check(path: Path, fmt: str, column: str | None, id_column: str | None, doc_column: str | None = None) -> None:
     """Raises ``InputError`` when ``path`` cannot be read with these options
     (a missing column, an id column on a text file), before a run writes
     anything: the reader checks its header before the first row."""
-    next(iter(rows(path, fmt, column, id_column)), None)
+    next(iter(rows(path, fmt, column, id_column, doc_column)), None)
 
 
-def rows(path: Path, fmt: str, column: str | None, id_column: str | None) -> Iterator[Row]:
+def rows(path: Path, fmt: str, column: str | None, id_column: str | None,
+         doc_column: str | None = None) -> Iterator[Row]:
     """Every data row of ``path`` in order. ``column`` names the text field
     (JSONL) or column (CSV/TSV/Parquet; default ``text``); ``id_column``
-    the ids (default: the rows' numbers, see the module's docstring)."""
+    the ids (default: the rows' numbers, see the module's docstring);
+    ``doc_column`` the documents' values, kept as strings as ids are."""
     column = column or DEFAULT_COLUMN
+    if doc_column is not None and doc_column == column:
+        raise InputError(f"the document column and the text column are both {column!r}")
     if fmt == "text":
         if id_column:
             raise InputError("a text file has no id column: use JSONL, CSV/TSV or Parquet for ids")
+        if doc_column:
+            raise InputError("a text file has no columns, so no document column: use JSONL, CSV/TSV or Parquet "
+                             "with a column naming each row's document")
         return _text_rows(path)
     if fmt == "jsonl":
-        return _jsonl_rows(path, column, id_column)
+        return _jsonl_rows(path, column, id_column, doc_column)
     if fmt in ("csv", "tsv"):
-        return _csv_rows(path, "," if fmt == "csv" else "\t", column, id_column)
+        return _csv_rows(path, "," if fmt == "csv" else "\t", column, id_column, doc_column)
     if fmt == "parquet":
-        return _parquet_rows(path, column, id_column)
+        return _parquet_rows(path, column, id_column, doc_column)
     raise InputError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from tulip_rose_cli import readers, writers
-from tulip_rose_cli.batch import KINDS, embed_batch
-from tulip_rose_cli.client import ApiError, Ivy, Retry
+from tulip_rose_cli import documents, readers, writers
+from tulip_rose_cli.batch import KINDS, embed_batch, late_chunking_unavailable
+from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
 
@@ -59,6 +59,9 @@ class Options:
     ray: str | None = None
     # The requests' class; not in the resume manifest: it changes no vector.
     priority: str = "batch"
+    # Rows with one value in document_column are one document's chunks.
+    late_chunking: bool = False
+    document_column: str | None = None
 
 
 def _batches(rows, size: int):
@@ -78,6 +81,7 @@ class Run:
         self.failure: BaseException | None = None
         self.strict_hit = False
         self.dim = 0  # the vector width /info announced (or --dimensions)
+        self.most = DEFAULT_BATCH  # the gateway's inputs per request
 
     def say(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -107,8 +111,13 @@ class Run:
             raise Exit(USAGE, "--ray needs Ray: pip install 'ray[data]' (or, in a clone, pip install -e '.[ray]')")
         # Every option is checked before anything is written: a mistyped
         # column must not leave a work directory that blocks the fixed rerun.
+        if o.late_chunking != bool(o.document_column):
+            raise Exit(USAGE, "--late-chunking needs --document-column NAME (the column saying which document "
+                              "each row is a chunk of), and --document-column needs --late-chunking")
+        if o.late_chunking and o.kind != "dense":
+            raise Exit(USAGE, f"--late-chunking makes dense vectors only, not --kind {o.kind}")
         try:
-            readers.check(o.input, in_fmt, o.column, o.id_column)
+            readers.check(o.input, in_fmt, o.column, o.id_column, o.document_column)
         except readers.InputError as e:
             raise Exit(USAGE, str(e)) from None
         kind = KINDS[o.kind]
@@ -128,9 +137,11 @@ class Run:
             known = ", ".join(map(repr, prompts)) if prompts else "none"
             raise Exit(USAGE, f"--prompt-name {o.prompt_name!r}: the gateway knows no such prompt (its prompts: "
                               f"{known}; the model's own, or those of Ivy's --config [prompts])")
-        most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
+        most = self.most = int(info.get("max_client_batch_size") or DEFAULT_BATCH)
         batch = o.batch_size or min(DEFAULT_BATCH, most)
-        if batch > most:
+        if o.late_chunking:
+            self._check_late_chunking()
+        elif batch > most:  # late chunking sends a document per request, whatever the batch
             raise Exit(USAGE, f"--batch-size {batch} is over the gateway's limit of {most} inputs per request")
         concurrency = o.concurrency or 2 * self._replicas()
         dim = o.dimensions or int(info.get("dimension") or 0)
@@ -143,7 +154,20 @@ class Run:
             "dimensions": o.dimensions, "truncate": o.truncate, "model_id": info.get("model_id"),
             "dimension": dim,
         }
+        if o.late_chunking:  # only then, so runs from before the option still resume
+            # The gateway's limit decides which documents are bad, so where batches end.
+            manifest.update(late_chunking=True, document_column=o.document_column, max_client_batch_size=most)
         return in_fmt, out_fmt, batch, concurrency, manifest
+
+    def _check_late_chunking(self) -> None:
+        o = self.opts
+        try:
+            why = late_chunking_unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions,
+                                                                      o.priority))
+        except ApiError as e:
+            raise Exit(SERVER, f"cannot try --late-chunking on {o.url}: {e}") from None
+        if why:
+            raise Exit(USAGE, f"--late-chunking: {why}")
 
     def _replicas(self) -> int:
         """Healthy replicas behind the gateway (1 when it does not say):
@@ -184,8 +208,11 @@ class Run:
         the batches seen."""
         o = self.opts
         try:
-            rows = readers.rows(o.input, in_fmt, o.column, o.id_column)
-            for k, batch_rows in enumerate(_batches(rows, size)):
+            rows = readers.rows(o.input, in_fmt, o.column, o.id_column, o.document_column)
+            # With late chunking a batch holds whole documents.
+            batches = documents.batches(documents.split(rows, self.most), size) if o.late_chunking \
+                else _batches(rows, size)
+            for k, batch_rows in enumerate(batches):
                 if self.stop.is_set():
                     return
                 self.chunks = k + 1

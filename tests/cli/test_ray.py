@@ -302,3 +302,57 @@ def test_ray_data_llm_http_processor_against_ivy(cluster, ivy_minilm):
     got.sort(key=lambda r: r["id"])
     np.testing.assert_allclose(np.array([r["embedding"] for r in got], dtype=np.float32),
                                ivy_dense(ivy_minilm, TEXTS[:32]), atol=1e-5)
+
+
+def test_late_chunking_one_document_per_group(cluster, ivy_minilm, minilm_dir, tmp_path):
+    """``groupby(document).map_groups`` with a position column: every call
+    one whole document, its chunks put in order whatever order Ray brings
+    them in (the rows go in shuffled); Ivy's late-chunked vectors through
+    Ivy, the same from the engine in the actor, bad documents bad as a
+    whole; and ``tulip-rose embed --ray --late-chunking`` writes the same
+    vectors."""
+    from tests.support.http import embed
+
+    docs = {"a": TEXTS[:5], "long": TEXTS[10:40], "one": TEXTS[40:41], "b": TEXTS[41:47],
+            "empty": ["First.", "", "Third."], "rejected": ["Berlin ", "\u200b", "More."]}
+    rows = [(name, k, text) for name, chunks in docs.items() for k, text in enumerate(chunks)]
+    table = pa.table({"id": list(range(len(rows))), "doc": [r[0] for r in rows], "chunk": [r[1] for r in rows],
+                      "text": [r[2] for r in rows]})
+    shuffled = table.take(np.random.default_rng(0).permutation(len(rows)))
+    ds = ray.data.from_arrow([shuffled.slice(i, 20) for i in range(0, len(rows), 20)])
+    late = {"late_chunking": True, "document_column": "doc", "position_column": "chunk"}
+
+    def run(embedder, kwargs):
+        blocks = ray.get(ds.groupby("doc").map_groups(
+            embedder, fn_constructor_kwargs={**kwargs, **late}, compute=ray.data.ActorPoolStrategy(size=1),
+            num_cpus=0.5, batch_format="pyarrow").to_arrow_refs())
+        got = pa.concat_tables([b for b in blocks if b.num_rows])  # the shuffle's empty partitions have no columns
+        return got.take(np.argsort(got.column("id").to_pylist()))
+
+    good = [i for i, (name, _, _) in enumerate(rows) if name not in ("empty", "rejected")]
+    want = np.concatenate([embed(ivy_minilm, chunks, late_chunking=True) for name, chunks in docs.items()
+                           if name not in ("empty", "rejected")])
+    through_ivy = run(IvyEmbedder, {"url": ivy_minilm.url})
+    errors = through_ivy.column("error").to_pylist()
+    assert [errors[i] for i in good] == [None] * len(good)
+    np.testing.assert_allclose(dense_of(through_ivy.take(good)), want, atol=1e-5)
+    first = len(good)
+    assert errors[first + 1] == "empty"
+    for e in (errors[first], errors[first + 2]):
+        assert e.startswith("its document has a bad row (row ") and e.endswith(" of its batch: empty)"), e
+    assert all("input[1] has no token of its own" in e for e in errors[first + 3:]), errors[first + 3:]
+
+    in_actor = run(RoseEmbedder, {"model": minilm_dir, "threads": 1, "cpu_bf16": False, "token_budget": 2048})
+    mine = dense_of(in_actor.take(good))
+    assert ((mine * want).sum(1) / np.linalg.norm(mine, axis=1) / np.linalg.norm(want, axis=1)).min() >= 0.999
+    errors = in_actor.column("error").to_pylist()
+    assert errors[first + 1] == "empty" and errors[first].startswith("its document has a bad row")
+    assert all("input[1] has no token of its own" in e for e in errors[first + 3:]), errors[first + 3:]
+
+    src = tmp_path / "chunks.parquet"
+    pq.write_table(table.drop_columns(["id"]), src)
+    cli("embed", src, "--out", tmp_path / "out.parquet", "--url", ivy_minilm.url, "--ray", cluster,
+        "--late-chunking", "--document-column", "doc", "--batch-size", 4, rc=5)
+    written = pq.read_table(tmp_path / "out.parquet")
+    assert written.column("id").to_pylist() == [i + 1 for i in good]
+    np.testing.assert_allclose(dense_of(written), want, atol=1e-5)
