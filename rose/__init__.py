@@ -8,16 +8,18 @@ engine and how it is put together), ``step/`` (one step's path and the
 device seam), ``cpu/`` (the CPU's gated runtimes), ``sim/`` (the simulated
 device), ``models/`` (one file per model family, loading in
 ``models/load.py``), ``attention/`` (the attention backends),
+``adapters/`` (LoRA adapters chosen per sequence),
 ``config.py``, ``st_modules.py``, ``loader.py`` and ``hub.py`` (a model
 directory's description, sentence-transformers modules, weights, Hub ids).
 """
 
 from .engine import Engine, ModelInfo
-from .errors import DeviceError, InvalidBatchError, ModelLoadError, RoseError
+from .errors import AdapterError, DeviceError, InvalidBatchError, ModelLoadError, RoseError
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
 
 __all__ = [
+    "AdapterError",
     "DeviceError",
     "Batch",
     "Engine",

@@ -1,7 +1,8 @@
 """How an engine is put together: the device and dtype resolved, the model
 loaded onto them, and the runner with the runtimes this model gets on this
-device (the CPU's gated runtimes that ``rose/cpu`` selects, a
-configuration's static buffers and graph, the eager forward)."""
+device (the steps with LoRA adapters, the CPU's gated runtimes that
+``rose/cpu`` selects, a configuration's static buffers and graph, the
+eager forward)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .adapters import MAX_ADAPTERS, MAX_RANK, Bank
 from .attention import AttentionBackend
 from .config import ModelSpec
 from .cpu import Context, select
@@ -21,6 +23,7 @@ from .models.load import load_model
 from .step.device import CudaDevice, Device
 from .step.eager import EagerRuntime
 from .step.graphs import Dispatcher, GraphSettings
+from .step.lora import LoraRuntime
 from .step.runner import Runner
 from .step.static import StaticRuntime
 
@@ -75,7 +78,8 @@ def load(spec: ModelSpec, backend: AttentionBackend, device: torch.device, dtype
 def runner_for(spec: ModelSpec, model: EmbeddingModel, device: torch.device, dtype: torch.dtype,
                backend: AttentionBackend, packed: int, *, graphs: bool = True,
                graph_settings: GraphSettings | None = None, static_on_cpu: bool = False,
-               cpu_runtimes: Sequence[object] = (), small_step_tokens: int = SMALL_STEP_TOKENS) -> Runner:
+               cpu_runtimes: Sequence[object] = (), small_step_tokens: int = SMALL_STEP_TOKENS,
+               max_adapters: int = MAX_ADAPTERS, max_adapter_rank: int = MAX_RANK) -> Runner:
     """The runner of a loaded model: its device and its runtimes in step order."""
     dev: Device
     gated: list = []
@@ -93,11 +97,16 @@ def runner_for(spec: ModelSpec, model: EmbeddingModel, device: torch.device, dty
         static = static_on_cpu
         ctx = Context(spec, model.kinds[0], model.dimension, device, dtype, backend, packed)
         gated = select(ctx, cpu_runtimes).runtimes
-    return assemble(dev, model.dimension, spec.normalize, gated, Dispatcher(graph_settings or GraphSettings(), static))
+    bank = Bank(model, spec.model_type, device, dtype, max_adapters, max_adapter_rank)
+    return assemble(dev, model.dimension, spec.normalize, gated, Dispatcher(graph_settings or GraphSettings(), static),
+                    bank)
 
 
-def assemble(device: Device, dimension: int, normalize_default: bool, gated: Sequence, dispatcher: Dispatcher) -> Runner:
-    """A runner over ``device``: the gated runtimes given, then the static
-    buffers (when the dispatcher is enabled), then the eager forward."""
-    runtimes = [*gated, StaticRuntime(device, dispatcher, dimension), EagerRuntime(device, dimension)]
+def assemble(device: Device, dimension: int, normalize_default: bool, gated: Sequence, dispatcher: Dispatcher,
+             adapters: Bank | None = None) -> Runner:
+    """A runner over ``device``: the steps with adapters (given a bank),
+    then the gated runtimes given, then the static buffers (when the
+    dispatcher is enabled), then the eager forward."""
+    first = [LoraRuntime(device, dimension, adapters)] if adapters is not None else []
+    runtimes = [*first, *gated, StaticRuntime(device, dispatcher, dimension), EagerRuntime(device, dimension)]
     return Runner(device, runtimes, dispatcher, dimension, normalize_default)

@@ -6,21 +6,24 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 
+from .adapters import MAX_ADAPTERS, MAX_RANK, AdapterInfo, Bank
 from .attention import AttentionBackend, select_backend
 from .build import load, resolve_device, resolve_dtype, runner_for
 from .config import ModelSpec
 from .cpu import GatedRuntime, State
 from .cpu.threads import SMALL_STEP_TOKENS
-from .errors import InvalidBatchError
+from .errors import AdapterError, InvalidBatchError
 from .info import ModelInfo
 from .interface import Batch, OutputKind
 from .lazy import LazyTensor
 from .models import EmbeddingModel, attn_shape, check_supported
 from .step.graphs import GraphKey, GraphSettings
+from .step.lora import LoraRuntime
 from .step.runner import Runner
 
 __all__ = ["Engine", "ModelInfo"]
@@ -39,7 +42,11 @@ class Engine:
         self.backend = backend
         self.runner = runner
         self.device = runner.device.torch_device
-        self.info = ModelInfo.of(spec, model, runner.device.name, dtype, runner.labels)
+        lora = runner.runtime("lora")
+        self._adapters: Bank | None = cast(LoraRuntime, lora).bank if lora is not None else None
+        bank = self._adapters
+        limits = (bank.max_adapters, bank.max_rank if bank.max_adapters else 0) if bank is not None else (0, 0)
+        self.info = ModelInfo.of(spec, model, runner.device.name, dtype, runner.labels, *limits)
 
     @classmethod
     def from_dir(
@@ -56,6 +63,8 @@ class Engine:
         packed_linear: bool = True,
         cpu_runtimes: Sequence[object] = (),
         small_step_tokens: int = SMALL_STEP_TOKENS,
+        max_adapters: int = MAX_ADAPTERS,
+        max_adapter_rank: int = MAX_RANK,
     ) -> Engine:
         """Loads a Hugging Face model directory. ``graphs`` enables lazily
         captured CUDA graphs (on CUDA, with a capture-safe attention backend);
@@ -66,7 +75,9 @@ class Engine:
         steps on ONNX Runtime, ``Bf16Settings`` the others on a bfloat16
         twin), each once its token bucket is built and gated, eager where it
         cannot; ``small_step_tokens``: CPU steps below this many tokens run
-        on one thread."""
+        on one thread; ``max_adapters``: LoRA adapters resident at once (0:
+        none), ``max_adapter_rank``: the largest rank of an adapter's
+        module (``load_adapter``)."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
         check_supported(spec)  # before anything reads a field a family needs
@@ -80,7 +91,8 @@ class Engine:
         )
         runner = runner_for(spec, model, dev, dt, backend, packed, graphs=graphs, graph_settings=graph_settings,
                             static_on_cpu=static_on_cpu, cpu_runtimes=cpu_runtimes,
-                            small_step_tokens=small_step_tokens)
+                            small_step_tokens=small_step_tokens, max_adapters=max_adapters,
+                            max_adapter_rank=max_adapter_rank)
         return cls(spec, model, dt, backend, runner)
 
     def gated(self) -> list[GatedRuntime]:
@@ -117,11 +129,14 @@ class Engine:
         self.validate(batch)
         return self.runner.run(batch)
 
-    def step_arena(self, arena: bytearray, sequences: int, tokens: int, kind: str) -> tuple:
+    def step_arena(self, arena: bytearray, sequences: int, tokens: int, kind: str,
+                   adapters: Sequence[str | None] | None = None) -> tuple:
         """The host's path (Tulip's): one call from an arena the host built,
         options resolved, to everything the host reads:
         ``(lazy, host_ptr, rows, cols, event_handle, mode, padded_tokens,
-        capture_seconds)``.
+        capture_seconds)``. ``adapters``: as ``Batch.adapters`` (None, or
+        per sequence an adapter's name or None); a name not loaded is an
+        ``InvalidBatchError``, the one check this path makes.
 
         The host has checked what ``validate`` checks (Tulip does, in Rust,
         before it queues a request), so this does not check again. The
@@ -129,8 +144,40 @@ class Engine:
         device stay on for it), rather than on every step: on a small step
         these per-call costs were most of the Python a step runs, and that
         Python runs with cold caches after every wait for a request."""
-        lazy = self.runner.run_on_host_thread(Batch.from_arena(arena, sequences, tokens, kind))
+        if adapters is not None and self._adapters is None:
+            raise InvalidBatchError("this engine takes no adapters")
+        lazy = self.runner.run_on_host_thread(Batch.from_arena(arena, sequences, tokens, kind, adapters))
         return (lazy, *lazy.describe())
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Loads the LoRA adapter in directory ``path`` (PEFT's format:
+        ``adapter_config.json``, ``adapter_model.safetensors``) under
+        ``name``, for batches to choose per sequence (``Batch.adapters``).
+        Steps may run meanwhile (from another thread too): the adapter is
+        usable once this returns. ``AdapterError`` says why one is refused
+        (not LoRA, an option ROSE does not apply, another base model, a
+        rank or a count over the engine's bounds, a name in use) and
+        leaves the engine as it was."""
+        self._bank().load(name, path)
+        log.info("adapter %s loaded from %s", name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        """Forgets adapter ``name`` (``AdapterError`` if none is loaded by
+        that name); a step already running with it finishes with it, later
+        batches naming it are refused. With no adapter left, the model is
+        the one loaded at start-up, module for module."""
+        self._bank().unload(name)
+        log.info("adapter %s unloaded", name)
+
+    def adapters(self) -> tuple[AdapterInfo, ...]:
+        """The loaded adapters, in load order (name, path, rank, alpha,
+        targets, parameters...)."""
+        return self._adapters.list() if self._adapters is not None else ()
+
+    def _bank(self) -> Bank:
+        if self._adapters is None:
+            raise AdapterError("this engine takes no adapters")
+        return self._adapters
 
     def capture(self, configurations: list[str]) -> None:
         """Captures CUDA graphs now for ``"[kind:]SEQxTOKENS"`` configurations
@@ -163,10 +210,17 @@ class Engine:
         # As unsigned, a negative id is huge: one reduction checks both ends.
         if batch.numpy_field("ids").view(np.uint32).max() >= self.info.vocab_size:
             raise InvalidBatchError(f"token ids must be in [0, {self.info.vocab_size})")
+        if batch.adapters is not None:
+            if len(batch.adapters) != batch.num_sequences:
+                raise InvalidBatchError(f"{len(batch.adapters)} adapter choices for {batch.num_sequences} sequences")
+            for name in set(batch.adapters) - {None}:
+                if self._adapters is None or not self._adapters.known(str(name)):
+                    raise InvalidBatchError(f"adapter {name!r} is not loaded")
 
     def embed(self, sequences: list[list[int]], kind: OutputKind | str = OutputKind.DENSE, **options) -> torch.Tensor:
         """Convenience for Python callers: runs one batch and returns a copy
-        of the output on the host."""
+        of the output on the host (``options``: ``Batch.from_lists``'s
+        ``dimensions``, ``normalize``, ``adapters``)."""
         lazy = self.step(Batch.from_lists(sequences, kind, **options))
         try:
             return lazy.tensor().clone()

@@ -13,6 +13,12 @@ class InvalidBatchError(RoseError, ValueError):
     """A batch the engine cannot run (bad ids, lengths, or output kind)."""
 
 
+class AdapterError(RoseError):
+    """A LoRA adapter that cannot be loaded (malformed, a PEFT option ROSE
+    does not apply, trained for another base, over a bound) or unloaded
+    (no adapter by that name). The engine is unchanged when this is raised."""
+
+
 class DeviceError(RoseError):
     """The device failed in a way that outlives the step (a sticky CUDA
     error such as an illegal address, or a step that never completed): the

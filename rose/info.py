@@ -56,13 +56,18 @@ class ModelInfo:
     # (late chunking pools chunk spans so); "" when the dense head does more
     # than pool.
     span_pooling: str = ""
+    # LoRA adapters: how many may be loaded at once and the largest rank
+    # of one's modules (0, 0: this engine takes none). Which are loaded is
+    # ``Engine.adapters()``.
+    max_adapters: int = 0
+    max_adapter_rank: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def of(cls, spec: ModelSpec, model: EmbeddingModel, device: str, dtype: torch.dtype,
-           step_modes: tuple[str, ...]) -> ModelInfo:
+           step_modes: tuple[str, ...], max_adapters: int = 0, max_adapter_rank: int = 0) -> ModelInfo:
         return cls(
             model_id=spec.model_id,
             architecture=spec.model_type,
@@ -82,6 +87,8 @@ class ModelInfo:
             token_states_dimension=spec.hidden_size if OutputKind.DENSE in model.kinds else 0,
             step_modes=step_modes,
             span_pooling=_span_pooling(spec, model),
+            max_adapters=max_adapters,
+            max_adapter_rank=max_adapter_rank,
             **_tokenizer_identity(spec.path),
         )
 

@@ -5,12 +5,20 @@ A host calls ``engine.step(batch)`` and gets a LazyTensor at once; the bytes
 are on the host when ``LazyTensor.event_handle`` has completed (0 = ready).
 ``step`` raises ``InvalidBatchError`` for a batch the caller got wrong; any
 other exception is the engine's own failure.
+
+LoRA adapters: a host loads them by name (``Engine.load_adapter(name,
+path)``, ``unload_adapter(name)``, listed by ``Engine.adapters()``) and a
+batch names one per sequence (``Batch.adapters``), so sequences of
+several adapters and of the base model share a step. A step with any
+adapter runs eagerly (step mode ``lora``); a step with none runs exactly
+as it would with no adapter loaded.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,12 +147,18 @@ class Batch:
     resolved (no 0 dims, no -1 norm), so a step costs Python almost nothing;
     ``from_lists`` builds it from Python lists and leaves defaults to the
     engine (``resolved`` is False).
+
+    ``adapters``, beside the arena: None (every sequence on the base model,
+    the usual case), or one entry per sequence, the name of a loaded
+    adapter or None for the base model. A name no loaded adapter has makes
+    the step an ``InvalidBatchError`` (an adapter unloaded while the host
+    held a request for it included).
     """
 
-    __slots__ = ("_arena", "layout", "kind", "resolved", "_np", "_lengths")
+    __slots__ = ("_arena", "layout", "kind", "resolved", "_np", "_lengths", "adapters")
 
     def __init__(self, arena: torch.Tensor, layout: Layout, kind: OutputKind | str = OutputKind.DENSE,
-                 resolved: bool = False):
+                 resolved: bool = False, adapters: Sequence[str | None] | None = None):
         if arena.dtype != torch.int32 or arena.numel() < layout.size:
             raise ValueError(f"arena must be int32 with at least {layout.size} words")
         # One of _arena and _np is always set: the other is made from it on use.
@@ -154,6 +168,7 @@ class Batch:
         self.resolved = resolved
         self._np: np.ndarray | None = None
         self._lengths: list[int] | None = None
+        self.adapters = adapters
 
     @property
     def arena(self) -> torch.Tensor:
@@ -217,9 +232,10 @@ class Batch:
 
     @classmethod
     def from_arena(cls, arena: bytearray | memoryview, sequences: int, tokens: int,
-                   kind: OutputKind | str = OutputKind.DENSE) -> "Batch":
+                   kind: OutputKind | str = OutputKind.DENSE,
+                   adapters: Sequence[str | None] | None = None) -> "Batch":
         """Wraps an arena built by the host, options resolved (no copy when
-        it is writable)."""
+        it is writable); ``adapters`` as ``Batch.adapters``."""
         if isinstance(arena, bytes):
             arena = bytearray(arena)
         # NumPy first: a step on static buffers only ever reads it as NumPy,
@@ -231,6 +247,7 @@ class Batch:
         batch.kind = _KINDS.get(kind) or OutputKind(kind)
         batch.resolved = True
         batch._lengths = None
+        batch.adapters = adapters
         if batch._np.size < batch.layout.size:
             raise ValueError(f"arena must hold at least {batch.layout.size} int32 words")
         return batch
@@ -242,8 +259,10 @@ class Batch:
         kind: OutputKind | str = OutputKind.DENSE,
         dimensions: list[int] | None = None,
         normalize: list[bool] | None = None,
+        adapters: Sequence[str | None] | None = None,
     ) -> "Batch":
-        """Builds a batch from Python lists (convenient, not the fast path)."""
+        """Builds a batch from Python lists (convenient, not the fast path);
+        ``adapters`` as ``Batch.adapters``."""
         lengths = [len(s) for s in sequences]
         n, t = len(sequences), sum(lengths)
         if any(x < 0 or x > 0x7FFFFFFF for s in sequences for x in s):
@@ -263,4 +282,4 @@ class Batch:
         v["dims"].copy_(torch.tensor(dimensions if dimensions is not None else [0] * n, dtype=torch.int32))
         v["norm"].copy_(torch.tensor([-1] * n if normalize is None else [int(bool(x)) for x in normalize],
                                      dtype=torch.int32))
-        return cls(arena, layout, kind)
+        return cls(arena, layout, kind, adapters=adapters)

@@ -46,6 +46,13 @@ class EmbeddingModel(nn.Module, abc.ABC):
     def load(self, w: WeightReader) -> None:
         """Copies the model's weights in (``load_model``)."""
 
+    def adapter_layers(self) -> list[nn.Module]:
+        """The transformer layers a LoRA adapter's matrices go into, in
+        order, each declaring ``peft_names`` and ``peft_parts``
+        (``rose/adapters/placement.py``); empty for a family that takes no
+        adapters."""
+        return []
+
     def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         """Pooled vector per sequence before Matryoshka/normalisation: the
         model's ``sentence`` module (a ``SentenceHead``: pooling and the

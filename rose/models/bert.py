@@ -23,6 +23,13 @@ from .sentence import SentenceHead
 
 
 class BertLayer(nn.Module):
+    # transformers' module names in a layer -> (this layer's linear, which
+    # part of its output): where a LoRA adapter's matrices go (rose/adapters).
+    peft_names: dict[str, tuple[str, int | None]] = {
+        "attention.self.query": ("qkv", 0), "attention.self.key": ("qkv", 1), "attention.self.value": ("qkv", 2),
+        "attention.output.dense": ("attn_out", None), "intermediate.dense": ("ffn_in", None),
+        "output.dense": ("ffn_out", None)}
+
     def __init__(self, hidden: int, heads: int, ffn: int, eps: float, act, backend: AttentionBackend):
         super().__init__()
         self.heads = heads
@@ -30,6 +37,7 @@ class BertLayer(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim)
         # Query, key and value as one matmul.
         self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.peft_parts = {"qkv": [hidden] * 3}
         self.attn_out = nn.Linear(hidden, hidden)
         self.attn_norm = nn.LayerNorm(hidden, eps=eps)
         self.ffn_in = nn.Linear(hidden, ffn)
@@ -144,6 +152,9 @@ class BertEmbedder(EmbeddingModel):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         return self.encoder(x)
+
+    def adapter_layers(self) -> list[nn.Module]:
+        return list(self.encoder.layers)
 
     def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         if kind is OutputKind.SPARSE and self.sparse is not None:

@@ -39,6 +39,11 @@ def layer_kinds(cfg: dict) -> list[str]:
 
 
 class ModernBertLayer(nn.Module):
+    # transformers' module names in a layer -> (this layer's linear, which
+    # part of its output): where a LoRA adapter's matrices go (rose/adapters).
+    peft_names: dict[str, tuple[str, int | None]] = {
+        "attn.Wqkv": ("qkv", None), "attn.Wo": ("o", None), "mlp.Wi": ("wi", None), "mlp.Wo": ("wo", None)}
+
     def __init__(self, cfg: dict, first: bool, backend: AttentionBackend):
         super().__init__()
         hidden = int(cfg["hidden_size"])
@@ -114,6 +119,9 @@ class ModernBertEmbedder(EmbeddingModel):
             cos, sin = tables[kind]
             h = layer(h, cos, sin, x.plan if kind == "full_attention" else local_plan)
         return self.final_norm(h)
+
+    def adapter_layers(self) -> list[nn.Module]:
+        return list(self.layers)
 
     def load(self, w: WeightReader) -> None:
         with torch.no_grad():

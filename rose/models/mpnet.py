@@ -47,6 +47,11 @@ def relative_buckets(relative: torch.Tensor) -> torch.Tensor:
 class MPNetLayer(BertLayer):
     """BERT's layer shape; MPNet's weight names."""
 
+    peft_names = {
+        "attention.attn.q": ("qkv", 0), "attention.attn.k": ("qkv", 1), "attention.attn.v": ("qkv", 2),
+        "attention.attn.o": ("attn_out", None), "intermediate.dense": ("ffn_in", None),
+        "output.dense": ("ffn_out", None)}
+
     def load(self, w: WeightReader, p: str) -> None:
         att = f"{p}attention."
         with torch.no_grad():
@@ -119,6 +124,9 @@ class MPNetEmbedder(EmbeddingModel):
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         return self.encoder(x)
+
+    def adapter_layers(self) -> list[nn.Module]:
+        return list(self.encoder.layers)
 
     def load(self, w: WeightReader) -> None:
         self.encoder.load(w)

@@ -25,6 +25,17 @@ from .sentence import SentenceHead
 
 
 class NomicBertLayer(nn.Module):
+    # Module names in a layer -> (this layer's linear, which part of its
+    # output): where a LoRA adapter's matrices go (rose/adapters). Both
+    # layouts: transformers' NomicBertModel (q_proj, ...) and the original
+    # remote code's (Wqkv, fc11 = up, fc12 = gate, ...).
+    peft_names: dict[str, tuple[str, int | None]] = {
+        "self_attn.q_proj": ("qkv", 0), "self_attn.k_proj": ("qkv", 1), "self_attn.v_proj": ("qkv", 2),
+        "self_attn.o_proj": ("o", None), "mlp.gate_proj": ("gate_up", 0), "mlp.up_proj": ("gate_up", 1),
+        "mlp.down_proj": ("down", None),
+        "attn.Wqkv": ("qkv", None), "attn.out_proj": ("o", None), "mlp.fc12": ("gate_up", 0),
+        "mlp.fc11": ("gate_up", 1), "mlp.fc2": ("down", None)}
+
     def __init__(self, cfg: dict, backend: AttentionBackend):
         super().__init__()
         hidden = int(cfg["hidden_size"])
@@ -37,6 +48,7 @@ class NomicBertLayer(nn.Module):
         self.attn_norm = nn.LayerNorm(hidden, eps=eps)
         self.gate_up = nn.Linear(hidden, 2 * ffn, bias=False)
         self.down = nn.Linear(ffn, hidden, bias=False)
+        self.peft_parts = {"qkv": [self.heads * self.head_dim] * 3, "gate_up": [ffn, ffn]}
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
         self.act = activation(str(cfg.get("hidden_act", "silu")))
         self.backend = backend
@@ -90,6 +102,9 @@ class NomicBertEmbedder(EmbeddingModel):
         for layer in self.layers:
             h = layer(h, cos, sin, x.plan)
         return h
+
+    def adapter_layers(self) -> list[nn.Module]:
+        return list(self.layers)
 
     def load(self, w: WeightReader) -> None:
         with torch.no_grad():

@@ -24,6 +24,13 @@ from .sentence import SentenceHead
 
 
 class Qwen3Layer(nn.Module):
+    # transformers' module names in a layer -> (this layer's linear, which
+    # part of its output): where a LoRA adapter's matrices go (rose/adapters).
+    peft_names: dict[str, tuple[str, int | None]] = {
+        "self_attn.q_proj": ("qkv", 0), "self_attn.k_proj": ("qkv", 1), "self_attn.v_proj": ("qkv", 2),
+        "self_attn.o_proj": ("o", None), "mlp.gate_proj": ("gate_up", 0), "mlp.up_proj": ("gate_up", 1),
+        "mlp.down_proj": ("down", None)}
+
     def __init__(self, cfg: dict, backend: AttentionBackend):
         super().__init__()
         hidden = int(cfg["hidden_size"])
@@ -45,6 +52,7 @@ class Qwen3Layer(nn.Module):
         self.ffn_norm = RMSNorm(hidden, eps)
         self.gate_up = nn.Linear(hidden, 2 * ffn, bias=False)
         self.down = nn.Linear(ffn, hidden, bias=False)
+        self.peft_parts = {"qkv": self.splits, "gate_up": [ffn, ffn]}
         self.backend = backend
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, plan) -> torch.Tensor:
@@ -102,6 +110,9 @@ class Qwen3Embedder(EmbeddingModel):
         for layer in self.layers:
             h = layer(h, cos, sin, x.plan)
         return self.norm(h)
+
+    def adapter_layers(self) -> list[nn.Module]:
+        return list(self.layers)
 
     def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         pooled = super().dense(hidden, x)

@@ -70,7 +70,8 @@ class SimDevice:
     def forward(self, call: Call) -> Launch:
         rows, cols = self.synth.shape(call.batch)
         copied = (call.layout.size + rows * cols) * 4  # the arena in, the rows out
-        return self.stream.launch(call.lengths, call.layout.sequences, copied)
+        adapted = call.adapters.adapted if call.adapters is not None else 0.0
+        return self.stream.launch(call.lengths, call.layout.sequences, copied, adapted)
 
     def capture(self, call: Call):
         return _Graph(), None

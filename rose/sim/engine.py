@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..adapters import MAX_ADAPTERS, MAX_RANK, Bank
 from ..attention import select_backend
 from ..build import assemble
 from ..config import ModelSpec
@@ -57,9 +58,11 @@ class SimEngine(Engine):
     @classmethod
     def from_dir(cls, path: str | Path, *, settings: SimSettings | None = None,
                  model_id: str | None = None, graphs: bool = True, graph_settings: GraphSettings | None = None,
-                 **_ignored) -> SimEngine:
+                 max_adapters: int = MAX_ADAPTERS, max_adapter_rank: int = MAX_RANK, **_ignored) -> SimEngine:
         """A model directory (config.json; weights are not read), served on
-        the simulated device."""
+        the simulated device. Adapters load as on a real device (read,
+        checked and placed, their matrices on the host) and their steps
+        cost their share of the linear work (``cost.py``)."""
         started = time.perf_counter()
         spec = ModelSpec.from_dir(path, model_id)
         check_supported(spec)
@@ -73,8 +76,9 @@ class SimEngine(Engine):
         synth = OutputSynth(model.dimension, model.multi_vector_dimension, spec.hidden_size, spec.vocab_size,
                             len(spec.labels) if OutputKind.CLASSIFY in model.kinds else 0)
         device = SimDevice(stream, synth)
+        bank = Bank(model, spec.model_type, torch.device("cpu"), torch.float32, max_adapters, max_adapter_rank)
         runner = assemble(device, model.dimension, spec.normalize, (),
-                          Dispatcher(graph_settings or GraphSettings(), enabled=graphs))
+                          Dispatcher(graph_settings or GraphSettings(), enabled=graphs), bank)
         engine = cls(spec, model, torch.bfloat16, backend, runner)
         engine.settings = settings
         engine.stream = stream

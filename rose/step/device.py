@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar
 
 import torch
 
+from ..adapters import AdapterStep
 from ..attention import AttentionBackend
 from ..errors import is_sticky_cuda_error
 from ..interface import Batch, Layout, OutputKind
@@ -30,18 +31,21 @@ class Call:
     """One forward pass as a device runs it: ``arena`` (on the device) laid
     out as ``layout``, the host-side segment ``lengths`` (the filler segment
     of a padded step included) and the longest, and the step's ``batch``
-    as the host sent it (unpadded). A plain class: a frozen dataclass costs
-    a setattr call per field, on every step."""
+    as the host sent it (unpadded); ``adapters``: the step's adapters
+    (``rose/step/lora.py``), None on a base step. A plain class: a frozen
+    dataclass costs a setattr call per field, on every step."""
 
-    __slots__ = ("kind", "arena", "layout", "lengths", "max_seqlen", "batch")
+    __slots__ = ("kind", "arena", "layout", "lengths", "max_seqlen", "batch", "adapters")
 
-    def __init__(self, kind: OutputKind, arena, layout: Layout, lengths: list[int], max_seqlen: int, batch: Batch):
+    def __init__(self, kind: OutputKind, arena, layout: Layout, lengths: list[int], max_seqlen: int, batch: Batch,
+                 adapters: AdapterStep | None = None):
         self.kind = kind
         self.arena = arena
         self.layout = layout
         self.lengths = lengths
         self.max_seqlen = max_seqlen
         self.batch = batch
+        self.adapters = adapters
 
 
 # What a forward leaves for ``download``: the output tensor (on the

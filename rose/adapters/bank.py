@@ -1,0 +1,202 @@
+"""The adapters resident in one engine, and each step's choice of them.
+
+Loading reads and places an adapter completely before it becomes
+visible, and unloading only forgets it, so a step never sees half an
+adapter; a step holds its adapters' deltas until it ends, even if they
+are unloaded meanwhile. The projections any resident adapter targets are
+wrapped (``LoraLinear``); once none does, the model's own modules are
+back in place, so a model with no adapters is the model as loaded.
+
+Bounds: ``max_adapters`` resident at once (a load beyond is refused, not
+evicted: the host decides what to unload) and ``max_rank`` per module.
+Each adapter costs its matrices' size in the model's dtype on its device
+(a rank-16 adapter on MiniLM's query and value: 0.3 MB in float32).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import AdapterError, InvalidBatchError
+from ..interface import Batch, OutputKind
+from .linear import ACTIVE, AdapterStep, Delta, Key, LoraLinear, Rows
+from .peft import read_peft
+from .placement import layer_name, place, targets
+
+# Defaults of the engine's bounds (``Engine.from_dir``).
+MAX_ADAPTERS = 8
+MAX_RANK = 64
+# An adapter's name: what a host routes by (e.g. a model name in a request).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """One resident adapter, as ``Engine.adapters()`` lists it."""
+
+    name: str
+    path: str
+    rank: int  # the largest rank of its modules
+    alpha: float  # lora_alpha
+    rslora: bool
+    targets: tuple[str, ...]  # the modules it adapts, as named in a transformers layer
+    layers: int  # how many layers it adapts
+    parameters: int  # numbers in its matrices
+    load_seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    info: AdapterInfo
+    deltas: dict[Key, Delta]
+    share: float  # its matrices' work per token / the base layers' linear work per token
+
+
+class Bank:
+    """The adapters of one model. ``device`` and ``dtype``: where their
+    matrices live (the model's)."""
+
+    def __init__(self, model: nn.Module, family: str, device: torch.device, dtype: torch.dtype,
+                 max_adapters: int = MAX_ADAPTERS, max_rank: int = MAX_RANK):
+        if max_adapters < 0 or max_rank < 1:
+            raise ValueError("max_adapters must be 0 or more and max_adapter_rank 1 or more")
+        self.model = model
+        self.family = family
+        self.device = device
+        self.dtype = dtype
+        layers = getattr(model, "adapter_layers", lambda: ())()
+        self.layers: Sequence[nn.Module] = layers
+        # Why this model takes no adapters, or None.
+        self.refusal = _refusal(model, family, layers, max_adapters)
+        self.max_adapters = 0 if self.refusal else max_adapters
+        self.max_rank = max_rank
+        self._resident: dict[str, _Adapter] = {}
+        self._wrapped: dict[Key, int] = {}  # projection -> resident adapters that target it
+        self._lock = threading.Lock()  # loads and unloads (a host's admin thread), not steps
+        self._linear_work = sum(_work(getattr(layer, attr)) for layer in layers
+                                for attr in {a for a, _ in targets(layer).values()})
+
+    def load(self, name: str, path: str | Path) -> AdapterInfo:
+        if self.refusal:
+            raise AdapterError(self.refusal)
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise AdapterError(f"adapter name {name!r} is not 1 to 128 of letters, digits and ._:/@+- (starting "
+                               "with a letter or digit)")
+        started = time.perf_counter()
+        lora = read_peft(path)
+        deltas, modules = place(lora, self.layers, self.family, self.max_rank, self.device, self.dtype)
+        if not deltas:
+            raise AdapterError(f"{path}: the adapter adapts nothing this model's outputs read")
+        names = sorted({layer_name(m) for m in modules})
+        params = sum(lora.modules[m].a.numel() + lora.modules[m].b.numel() for m in modules)
+        work = sum(d.a_t.numel() + d.b_t.numel() for d in deltas.values())  # zero blocks included: computed
+        with self._lock:
+            if name in self._resident:
+                raise AdapterError(f"an adapter named {name!r} is loaded already; unload it first")
+            if len(self._resident) >= self.max_adapters:
+                raise AdapterError(f"{len(self._resident)} adapters are loaded, this engine's bound "
+                                   f"(max_adapters={self.max_adapters}); unload one first")
+            info = AdapterInfo(name, str(path), max(lora.modules[m].rank for m in modules), lora.alpha, lora.rslora, tuple(names),
+                               len({k[0] for k in deltas}), params, time.perf_counter() - started)
+            for key in deltas:
+                self._wrap(key)
+            self._resident[name] = _Adapter(info, deltas, work / max(self._linear_work, 1))
+        return info
+
+    def unload(self, name: str) -> None:
+        with self._lock:
+            adapter = self._resident.pop(name, None)
+            if adapter is None:
+                raise AdapterError(f"no adapter named {name!r} is loaded")
+            for key in adapter.deltas:
+                self._unwrap(key)
+
+    def list(self) -> tuple[AdapterInfo, ...]:
+        """The resident adapters, in load order."""
+        return tuple(a.info for a in list(self._resident.values()))
+
+    def known(self, name: str) -> bool:
+        return name in self._resident
+
+    def step(self, batch: Batch) -> AdapterStep | None:
+        """The adapters of ``batch`` (``Batch.adapters``: a name or None per
+        sequence), their rows found once; None when no sequence takes one.
+        ``InvalidBatchError`` for a name no resident adapter has."""
+        choice = batch.adapters
+        if choice is None:
+            return None
+        if len(choice) != batch.num_sequences:
+            raise InvalidBatchError(f"{len(choice)} adapter choices for {batch.num_sequences} sequences")
+        names = [n for n in dict.fromkeys(choice) if n is not None]
+        if not names:
+            return None
+        cu = batch.numpy_field("cu")
+        groups: list[tuple[Rows, dict[Key, Delta]]] = []
+        adapted = 0.0
+        for name in names:
+            adapter = self._resident.get(name)
+            if adapter is None:
+                raise InvalidBatchError(f"adapter {name!r} is not loaded")
+            seqs = [i for i, n in enumerate(choice) if n == name]
+            rows: Rows
+            if seqs[-1] - seqs[0] + 1 == len(seqs):  # one run of sequences: a range of tokens
+                start, stop = int(cu[seqs[0]]), int(cu[seqs[-1] + 1])
+                rows, tokens = slice(start, stop), stop - start
+            else:
+                idx = np.concatenate([np.arange(cu[i], cu[i + 1]) for i in seqs])
+                rows = torch.from_numpy(idx.astype(np.int64)).to(self.device)
+                tokens = len(idx)
+            groups.append((rows, adapter.deltas))
+            adapted += tokens * adapter.share
+        return AdapterStep(tuple(groups), adapted)
+
+    @contextmanager
+    def applied(self, step: AdapterStep):
+        """The calling thread's projections add ``step``'s deltas inside."""
+        ACTIVE.step = step
+        try:
+            yield
+        finally:
+            ACTIVE.step = None
+
+    def _wrap(self, key: Key) -> None:
+        n = self._wrapped.get(key, 0)
+        if n == 0:
+            layer = self.layers[key[0]]
+            setattr(layer, key[1], LoraLinear(getattr(layer, key[1]), key))
+        self._wrapped[key] = n + 1
+
+    def _unwrap(self, key: Key) -> None:
+        n = self._wrapped[key] - 1
+        if n == 0:
+            layer = self.layers[key[0]]
+            setattr(layer, key[1], getattr(layer, key[1]).base)
+            del self._wrapped[key]
+        else:
+            self._wrapped[key] = n
+
+
+def _work(linear: nn.Module) -> int:
+    return int(linear.in_features) * int(linear.out_features)  # type: ignore[arg-type]
+
+
+def _refusal(model: nn.Module, family: str, layers: Sequence[nn.Module], max_adapters: int) -> str | None:
+    if max_adapters == 0:
+        return "adapters are off on this engine (max_adapters=0)"
+    if not layers or OutputKind.DENSE not in getattr(model, "kinds", ()):
+        return (f"this {family} model takes no adapters: ROSE applies LoRA adapters to BERT, XLM-RoBERTa, MPNet, "
+                "ModernBERT, NomicBERT and Qwen3 embedders")
+    return None

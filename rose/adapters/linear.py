@@ -1,0 +1,89 @@
+"""The adapter math of one step, on the flat token axis.
+
+A projection some resident adapter targets is wrapped in a ``LoraLinear``:
+the base projection runs on every token as before, then, for each adapter
+in the step, ``y[rows_k] += (x[rows_k] @ A_k^T) @ B_k^T`` (the scale
+folded into B): two small matmuls per adapter and projection, on the rows
+of the sequences that chose it (``AdapterStep``, computed once per step).
+A step with no adapter (``ACTIVE.step`` None) runs only the base
+projection.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# A projection: (layer index, the layer's attribute holding its linear).
+Key = tuple[int, str]
+# A step's rows of one adapter: a range of the token axis, or their indices.
+Rows = slice | torch.Tensor
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One adapter on one (possibly fused) projection: ``a_t`` [in, R],
+    ``b_t`` [R, hi - lo] with the scale folded in; it adds to output
+    columns ``lo:hi`` (a fused projection's adapted parts, and any between
+    them, whose rows of ``b_t`` are zero)."""
+
+    a_t: torch.Tensor
+    b_t: torch.Tensor
+    lo: int
+    hi: int
+
+    def apply(self, x: torch.Tensor, y: torch.Tensor, rows: Rows) -> None:
+        u = x[rows] @ self.a_t
+        if isinstance(rows, slice):
+            y[rows, self.lo:self.hi].addmm_(u, self.b_t)
+        else:
+            y[:, self.lo:self.hi].index_add_(0, rows, u @ self.b_t)
+
+
+@dataclass(frozen=True)
+class AdapterStep:
+    """The adapters of one step: per adapter, its rows and its deltas by
+    projection; ``adapted`` is the tokens that took an adapter, weighted
+    by its share of the layers' linear work (the simulated device's cost)."""
+
+    groups: tuple[tuple[Rows, dict[Key, Delta]], ...]
+    adapted: float
+
+
+class _Active(threading.local):
+    """The step the calling thread is running with adapters, if any (per
+    thread: a base step on another thread never sees it)."""
+
+    step: AdapterStep | None = None
+
+
+ACTIVE = _Active()
+
+
+class LoraLinear(nn.Module):
+    """A projection with the deltas of the step's adapters added."""
+
+    def __init__(self, base: nn.Module, key: Key):
+        super().__init__()
+        self.base = base
+        self.key = key
+        self.in_features: int = base.in_features  # type: ignore[assignment]  # nn.Linear or PackedLinear
+        self.out_features: int = base.out_features  # type: ignore[assignment]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.base.weight  # type: ignore[return-value]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        step = ACTIVE.step
+        if step is None:
+            return y
+        for rows, deltas in step.groups:
+            delta = deltas.get(self.key)
+            if delta is not None:
+                delta.apply(x, y, rows)
+        return y
