@@ -36,6 +36,17 @@ def parse_auto_bool(s: str) -> bool | None:
         raise argparse.ArgumentTypeError(f"{s!r} is not auto or a boolean: use auto, true or false") from None
 
 
+def parse_loras(s: str) -> list[tuple[str, str]]:
+    """``NAME=PATH[,NAME=PATH...]``: LoRA adapters to load at start."""
+    out = []
+    for item in filter(None, (part.strip() for part in s.split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise argparse.ArgumentTypeError(f"{item!r} is not NAME=PATH")
+        out.append((name.strip(), path.strip()))
+    return out
+
+
 _KINDS = {int: "an integer", float: "a number", str: "a string"}
 
 

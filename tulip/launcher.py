@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 # Flag parsing shared with Ivy's habits (booleans, env variables).
-from .flags import Parser, parse_auto_bool, parse_bool
+from .flags import Parser, parse_auto_bool, parse_bool, parse_loras
 from .preflight import port_problem
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -201,6 +201,12 @@ def parser() -> argparse.ArgumentParser:
                 "gated per token bucket against the float32 step (cosine 0.999, docs/latency.md); auto: where "
                 "the CPU has AMX; true: wherever it has bfloat16 arithmetic; false = float32 only",
            shown="auto: on where the CPU has AMX tiles")
+    p.flag("--lora", type=parse_loras, default=[], action="extend", metavar="NAME=PATH[,...]", shown="none",
+           help="LoRA adapters (PEFT directories) to load at start, each served as model NAME by Ivy; repeatable. "
+                "More are loaded at run time through Ivy's POST /v1/load_lora_adapter")
+    p.flag("--max-adapters", type=int, default=8,
+           help="LoRA adapters resident at once (0: none can be loaded)")
+    p.flag("--max-adapter-rank", type=int, default=64, help="the highest LoRA rank an adapter may have")
     p.flag("--log", default="info", help="log level (Rust tracing filter syntax)")
     p.flag("--json-output", type=parse_bool, default=False,
            help="logs as one JSON object per line (the launcher's and the server's)")
@@ -309,7 +315,13 @@ def _load_engine(args, model: str, log):
             engine = Engine.from_dir(model_dir, device=args.device, dtype=args.dtype, attention=args.attention,
                                      model_id=model_id, graphs=args.graphs, graph_settings=settings,
                                      packed_linear=args.cpu_packed_linear, cpu_runtimes=_cpu_runtimes(args),
-                                     small_step_tokens=args.small_step_tokens)
+                                     small_step_tokens=args.small_step_tokens, max_adapters=args.max_adapters,
+                                     max_adapter_rank=args.max_adapter_rank)
+        for name, path in args.lora:
+            try:
+                engine.load_adapter(name, path)
+            except RoseError as e:
+                raise ValueError(f"--lora {name}={path}: {e}") from e
         if args.capture:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
         if args.cpu_fast_path_warm and args.device != "sim":

@@ -44,7 +44,9 @@ impl Gateway {
     /// becomes the request's `model` metric label.
     pub fn pool(&self, asked: Option<&str>) -> Result<(Arc<Pool>, String), ApiError> {
         let (pool, name) = self.pools.resolve(asked)?;
-        crate::request::id::set_model_label(&pool.name);
+        if crate::request::id::adapter().is_empty() {
+            crate::request::id::set_model_label(&pool.name);
+        }
         Ok((pool, name))
     }
 

@@ -10,7 +10,7 @@ use pyo3::types::{PyByteArray, PyString};
 
 use crate::error::TulipError;
 use crate::metrics::Mode;
-use crate::model::{Kind, ModelInfo};
+use crate::model::{Adapter, Kind, ModelInfo};
 
 /// One batch as the engine's int32 arena (see `rose/interface.py`, class
 /// `Batch`): ids, positions, sequence index per token, cu_seqlens, 1/length
@@ -22,6 +22,9 @@ pub struct HostBatch {
     pub sequences: usize,
     pub tokens: usize,
     pub arena: Vec<u8>,
+    /// Each sequence's LoRA adapter (None: the base model); empty when no
+    /// sequence has one, and the engine is then called as before.
+    pub adapters: Vec<Option<std::sync::Arc<str>>>,
 }
 
 impl HostBatch {
@@ -62,6 +65,7 @@ impl HostBatch {
             sequences: n,
             tokens: t,
             arena,
+            adapters: Vec::new(),
         }
     }
 }
@@ -215,15 +219,16 @@ impl EngineHandle {
             ) = self
                 .engine
                 .bind(py)
-                .call_method1(
-                    intern!(py, "step_arena"),
-                    (
-                        PyByteArray::new(py, &batch.arena),
-                        batch.sequences,
-                        batch.tokens,
-                        kind.as_str(),
-                    ),
-                )?
+                .call_method1(intern!(py, "step_arena"), {
+                    let arena = PyByteArray::new(py, &batch.arena);
+                    let args = (arena, batch.sequences, batch.tokens, kind.as_str());
+                    // Adapters only when the step has one: an engine
+                    // without adapters takes the four arguments it did.
+                    match adapter_names(&batch.adapters) {
+                        None => args.into_pyobject(py)?,
+                        Some(names) => (args.0, args.1, args.2, args.3, names).into_pyobject(py)?,
+                    }
+                })?
                 .extract()?;
             let name = mode.to_str()?;
             let Some(mode) = Mode::find(&self.modes, name) else {
@@ -253,6 +258,69 @@ impl EngineHandle {
         result.map_err(|e| self.python_error(py, e))
     }
 
+    /// Loads a LoRA adapter (`engine.load_adapter(name, path)`), taking
+    /// the GIL; every exception is the adapter's refusal, said as raised.
+    pub fn load_adapter(&self, name: &str, path: &str) -> Result<Adapter, TulipError> {
+        Python::attach(|py| {
+            let engine = self.engine.bind(py);
+            if !engine.hasattr("load_adapter").unwrap_or(false) {
+                return Err(TulipError::Refused(
+                    "this engine loads no LoRA adapters".into(),
+                ));
+            }
+            let refused = |e: PyErr| TulipError::Refused(describe(py, &e));
+            engine
+                .call_method1(intern!(py, "load_adapter"), (name, path))
+                .map_err(refused)?;
+            let listed = self.adapters(py).map_err(refused)?.0;
+            listed
+                .into_iter()
+                .find(|a| &*a.name == name)
+                .ok_or_else(|| {
+                    TulipError::Engine(format!(
+                        "the engine does not list `{name}` after loading it"
+                    ))
+                })
+        })
+    }
+
+    pub fn unload_adapter(&self, name: &str) -> Result<(), TulipError> {
+        Python::attach(|py| {
+            self.engine
+                .bind(py)
+                .call_method1(intern!(py, "unload_adapter"), (name,))
+                .map(|_| ())
+                .map_err(|e| TulipError::Engine(describe(py, &e)))
+        })
+    }
+
+    /// The adapters loaded in the engine (`engine.adapters()`: records with
+    /// name, path and rank), and its bounds (`info.max_adapters`,
+    /// `info.max_adapter_rank`); none for an engine without adapters.
+    pub fn adapters(&self, py: Python<'_>) -> PyResult<(Vec<Adapter>, u32, u32)> {
+        let engine = self.engine.bind(py);
+        if !engine.hasattr("adapters")? {
+            return Ok((Vec::new(), 0, 0));
+        }
+        let mut out = Vec::new();
+        for item in engine.call_method0("adapters")?.try_iter()? {
+            let item = item?;
+            out.push(Adapter {
+                name: field(&item, "name")?.extract::<String>()?.into(),
+                path: field(&item, "path")?.str()?.to_string(),
+                rank: field(&item, "rank")?.extract()?,
+            });
+        }
+        let info = engine.getattr("info")?;
+        let bound = |name: &str| -> PyResult<u32> {
+            match info.getattr(name) {
+                Ok(v) if !v.is_none() => v.extract(),
+                _ => Ok(0),
+            }
+        };
+        Ok((out, bound("max_adapters")?, bound("max_adapter_rank")?))
+    }
+
     /// Hands a finished output's buffer back to the engine's pool.
     pub fn release(py: Python<'_>, lazy: LazyOutput) {
         if let Err(e) = lazy.obj.bind(py).call_method0(intern!(py, "release")) {
@@ -260,6 +328,29 @@ impl EngineHandle {
         }
         drop(lazy);
     }
+}
+
+/// Each sequence's adapter name (None for the base model) for the engine,
+/// or None when the step has no adapter at all.
+fn adapter_names(adapters: &[Option<std::sync::Arc<str>>]) -> Option<Vec<Option<&str>>> {
+    (!adapters.is_empty()).then(|| adapters.iter().map(|a| a.as_deref()).collect())
+}
+
+/// A record's field: a dict's item or an object's attribute.
+fn field<'py>(item: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    item.get_item(name).or_else(|_| item.getattr(name))
+}
+
+/// An exception as "Type: message".
+fn describe(py: Python<'_>, e: &PyErr) -> String {
+    format!(
+        "{}: {}",
+        e.get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default(),
+        e.value(py)
+    )
 }
 
 /// An optional string attribute of the engine's info ("" when missing or None).

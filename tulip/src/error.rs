@@ -16,6 +16,12 @@ pub enum TulipError {
     /// The engine failed on a batch.
     #[error("engine error: {0}")]
     Engine(String),
+    /// What the request names (a LoRA adapter) is not loaded here.
+    #[error("{0}")]
+    NotFound(String),
+    /// The engine refused what it was given to load (a bad adapter).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<TulipError> for Status {
@@ -24,6 +30,8 @@ impl From<TulipError> for Status {
             TulipError::InvalidArgument(_) => Code::InvalidArgument,
             TulipError::Unavailable(_) => Code::Unavailable,
             TulipError::Engine(_) => Code::Internal,
+            TulipError::NotFound(_) => Code::NotFound,
+            TulipError::Refused(_) => Code::FailedPrecondition,
         };
         let mut status = Status::new(code, e.to_string());
         if let TulipError::Unavailable(_) = e {

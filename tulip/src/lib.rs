@@ -2,6 +2,7 @@
 //! extension module. The Python launcher (`python -m tulip`) builds the
 //! engine and calls `serve()`, which runs tonic and the scheduler in Rust.
 
+mod adapters;
 mod backlog;
 mod completion;
 mod config;

@@ -25,6 +25,8 @@ pub enum Code {
     InvalidArgument,
     Unavailable,
     Internal,
+    NotFound,
+    FailedPrecondition,
 }
 
 impl EncodeLabelValue for Code {
@@ -35,6 +37,8 @@ impl EncodeLabelValue for Code {
             Self::InvalidArgument => "invalid_argument",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",
+            Self::NotFound => "not_found",
+            Self::FailedPrecondition => "failed_precondition",
         })
     }
 }
@@ -53,6 +57,8 @@ impl Code {
             Err(TulipError::InvalidArgument(_)) => Self::InvalidArgument,
             Err(TulipError::Unavailable(_)) => Self::Unavailable,
             Err(TulipError::Engine(_)) => Self::Internal,
+            Err(TulipError::NotFound(_)) => Self::NotFound,
+            Err(TulipError::Refused(_)) => Self::FailedPrecondition,
         }
     }
 }

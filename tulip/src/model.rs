@@ -134,3 +134,21 @@ impl ModelInfo {
         out
     }
 }
+
+/// A LoRA adapter loaded in the engine (`adapters.rs` keeps the loaded set).
+#[derive(Debug)]
+pub struct Adapter {
+    pub name: std::sync::Arc<str>,
+    pub path: String,
+    pub rank: u32,
+}
+
+impl Adapter {
+    pub fn proto(&self) -> proto::tulip::v1::Adapter {
+        proto::tulip::v1::Adapter {
+            name: self.name.to_string(),
+            path: self.path.clone(),
+            rank: self.rank,
+        }
+    }
+}

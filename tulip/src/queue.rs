@@ -40,6 +40,9 @@ pub struct Request {
     pub raw_scores: bool,
     /// The caller's id for this request (Ivy's `x-request-id`), for logs.
     pub request_id: String,
+    /// The LoRA adapter every sequence runs with (None: the base model),
+    /// held until the request is answered.
+    pub adapter: Option<Arc<crate::model::Adapter>>,
     pub token_ids: Vec<u32>,
     /// Start of each sequence in `token_ids`, plus the total at the end.
     pub offsets: Vec<u32>,

@@ -201,7 +201,7 @@ fn release_all(py: Python<'_>, releases: Vec<LazyOutput>) {
 /// vocabulary, so they fit in int32.
 fn host_batch(seqs: &[SeqRef]) -> HostBatch {
     let kind = seqs.first().map_or(Kind::Dense, |s| s.request.kind);
-    HostBatch::build(
+    let mut batch = HostBatch::build(
         kind,
         seqs.iter().map(|s| {
             (
@@ -210,5 +210,12 @@ fn host_batch(seqs: &[SeqRef]) -> HostBatch {
                 s.request.normalize,
             )
         }),
-    )
+    );
+    if seqs.iter().any(|s| s.request.adapter.is_some()) {
+        batch.adapters = seqs
+            .iter()
+            .map(|s| s.request.adapter.as_ref().map(|a| Arc::clone(&a.name)))
+            .collect();
+    }
+    batch
 }

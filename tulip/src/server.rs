@@ -19,6 +19,7 @@ use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use crate::adapters::Adapters;
 use crate::config::ServeConfig;
 use crate::engine::EngineHandle;
 use crate::metrics::Metrics;
@@ -45,6 +46,8 @@ pub fn serve(
     config.check().map_err(PyValueError::new_err)?;
     let engine = Arc::new(EngineHandle::new(py, engine, invalid_batch)?);
     let model = Arc::new(engine.info(py)?);
+    let (loaded, max_adapters, max_rank) = engine.adapters(py)?;
+    let adapters = Arc::new(Adapters::new(loaded, max_adapters, max_rank));
     warn_if_budget_too_small(&model, &config);
     let runtime = runtime(config.io_threads)?;
     let listeners = Listeners::bind(&runtime, &config)?;
@@ -64,6 +67,7 @@ pub fn serve(
         state: Arc::clone(&state),
         metrics: Arc::clone(&metrics),
         unix_frames: listeners.unix.is_some(),
+        adapters,
     });
     let addr = listeners.addr;
     let running = start_servers(&runtime, &config, listeners, service, &metrics, &pool);

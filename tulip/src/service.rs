@@ -6,12 +6,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use prometheus_client::metrics::gauge::Gauge;
 use proto::tulip::v1::tulip_server::Tulip;
-use proto::tulip::v1::{EmbedRequest, EmbedResponse, InfoRequest, InfoResponse};
+use proto::tulip::v1::{
+    Adapter, EmbedRequest, EmbedResponse, InfoRequest, InfoResponse, LoadAdapterRequest,
+    UnloadAdapterRequest, UnloadAdapterResponse,
+};
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
 use tracing::Instrument;
 
+use crate::adapters::Adapters;
 use crate::engine::EngineHandle;
 use crate::error::TulipError;
 use crate::metrics::{ClassLabel, Code, Metrics};
@@ -31,6 +35,7 @@ pub struct TulipService {
     pub metrics: Arc<Metrics>,
     /// Tulip frames are served on the Unix socket (said in `Info`).
     pub unix_frames: bool,
+    pub adapters: Arc<Adapters>,
 }
 
 /// Shared with the shutdown path: whether new work is refused, and how many
@@ -83,7 +88,8 @@ impl TulipService {
             ));
         }
         let (tx, rx) = oneshot::channel();
-        let req = validate(request, &self.model, &self.limits, tx).map_err(|(e, _)| e)?;
+        let req =
+            validate(request, &self.model, &self.limits, &self.adapters, tx).map_err(|(e, _)| e)?;
         let arrived = req.arrived;
         // Under concurrent load requests queue, so that they share steps.
         let alone = self.pool.inline_candidate(&req) && self.alone().await;
@@ -205,7 +211,34 @@ impl Tulip for TulipService {
             labels: m.labels.clone(),
             pair_template: m.pair_template.clone(),
             span_pooling: m.span_pooling.clone(),
+            adapters: self.adapters.list(),
+            max_adapters: self.adapters.max,
+            max_adapter_rank: self.adapters.max_rank,
         }))
+    }
+
+    async fn load_adapter(
+        &self,
+        request: Request<LoadAdapterRequest>,
+    ) -> Result<Response<Adapter>, Status> {
+        let r = request.into_inner();
+        self.adapters
+            .load(&self.engine, &r.name, &r.path)
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
+    }
+
+    async fn unload_adapter(
+        &self,
+        request: Request<UnloadAdapterRequest>,
+    ) -> Result<Response<UnloadAdapterResponse>, Status> {
+        let r = request.into_inner();
+        self.adapters
+            .unload(&self.engine, &r.name)
+            .await
+            .map(|()| Response::new(UnloadAdapterResponse {}))
+            .map_err(Status::from)
     }
 }
 

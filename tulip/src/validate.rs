@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use proto::tulip::v1::EmbedRequest;
 
+use crate::adapters::Adapters;
 use crate::error::TulipError;
 use crate::model::{Kind, ModelInfo};
 use crate::output::Accumulator;
@@ -21,8 +22,16 @@ pub fn validate(
     req: EmbedRequest,
     model: &ModelInfo,
     limits: &Limits,
+    adapters: &Adapters,
     reply: Reply,
 ) -> Result<Request, (TulipError, Reply)> {
+    let adapter = match req.adapter.as_str() {
+        "" => None,
+        name => match adapters.get(name) {
+            Ok(a) => Some(a),
+            Err(e) => return Err((e, reply)),
+        },
+    };
     match check(&req, model, limits) {
         Ok((kind, class, dimensions, normalize, offsets)) => {
             let n = offsets.len() - 1;
@@ -39,6 +48,7 @@ pub fn validate(
                 normalize,
                 raw_scores: req.raw_scores,
                 request_id: req.request_id,
+                adapter,
                 token_ids: req.token_ids,
                 offsets,
                 arrived: Instant::now(),

@@ -6,6 +6,7 @@ mod cohere;
 mod cohere_embed;
 mod fields;
 mod hf;
+mod lora;
 mod openai;
 mod openapi;
 mod ops;
@@ -45,6 +46,8 @@ guarded_routes! {
     "/v1/embeddings" => post(openai::embeddings),
     "/v1/models" => get(openai::models),
     "/v1/rerank" => post(openai::rerank),
+    "/v1/load_lora_adapter" => post(lora::load),
+    "/v1/unload_lora_adapter" => post(lora::unload),
     "/embed" => post(tei::embed),
     "/embed_sparse" => post(tei::embed_sparse),
     "/embed_all" => post(tei::embed_all),

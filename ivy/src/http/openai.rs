@@ -96,26 +96,35 @@ pub async fn rerank(State(state): State<AppState>, headers: HeaderMap, body: Bod
 pub async fn models(State(state): State<AppState>) -> Response {
     let pools = state.pools.all();
     let default = state.pools.default_pool();
-    let names: Vec<String> = default
+    let ordered: Vec<&Arc<crate::upstream::pools::Pool>> = default
         .iter()
         .chain(
             pools
                 .iter()
                 .filter(|p| !default.as_ref().is_some_and(|d| Arc::ptr_eq(d, p))),
         )
-        .flat_map(|p| p.served_names())
         .collect();
-    let result = if names.is_empty() {
+    // Each model, then its LoRA adapters with their parent (vLLM's shape).
+    let mut data: Vec<Value> = Vec::new();
+    for pool in ordered {
+        let names = pool.served_names();
+        let parent = names.first().cloned().unwrap_or_default();
+        for id in &names {
+            data.push(serde_json::json!({
+                "id": id, "object": "model", "created": state.started_unix, "owned_by": "tulip-rose",
+                "root": id, "parent": null,
+            }));
+        }
+        for (id, a) in pool.adapters.list() {
+            data.push(serde_json::json!({
+                "id": id, "object": "model", "created": state.started_unix, "owned_by": "tulip-rose",
+                "root": a.path, "parent": parent,
+            }));
+        }
+    }
+    let result = if data.is_empty() {
         Err(crate::upstream::no_replica(&state.replicas))
     } else {
-        let data: Vec<Value> = names
-            .iter()
-            .map(|id| {
-                serde_json::json!({
-                    "id": id, "object": "model", "created": state.started_unix, "owned_by": "tulip-rose",
-                })
-            })
-            .collect();
         to_json(&serde_json::json!({ "object": "list", "data": data })).map(super::respond::json)
     };
     finish(&state, Api::OpenAi, "models", result)

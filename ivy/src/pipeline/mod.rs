@@ -307,6 +307,7 @@ async fn infer(
             .map(|r| r.to_string())
             .unwrap_or_default(),
         priority: priority.proto() as i32,
+        adapter: crate::request::id::adapter(),
     };
     let sent = Instant::now();
     let replies = dispatch::send_all(state, pool, tokenized, &chunks, &template, priority).await?;

@@ -19,6 +19,30 @@ tokio::task_local! {
     static CURRENT: RequestId;
     /// The model pool serving the request, once known: its metric label.
     static MODEL: std::cell::RefCell<Option<Arc<str>>>;
+    /// The LoRA adapter the request named as its model, if any: what the
+    /// replicas are asked to apply (`pipeline::infer`).
+    static ADAPTER: std::cell::RefCell<Option<Arc<str>>>;
+}
+
+/// Records that the current request runs with LoRA adapter `name` (a name
+/// the gateway serves: bounded), also its metric label; false outside a
+/// request (nothing would carry the adapter to the replicas).
+pub fn set_adapter(name: &str) -> bool {
+    let name: Arc<str> = Arc::from(name);
+    let set = ADAPTER
+        .try_with(|a| *a.borrow_mut() = Some(Arc::clone(&name)))
+        .is_ok();
+    set_model_label(&name);
+    set
+}
+
+/// The current request's adapter ("" for the base model).
+pub fn adapter() -> String {
+    ADAPTER
+        .try_with(|a| a.borrow().as_deref().map(str::to_owned))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// Records the pool serving the current request (a pool name: bounded).
@@ -84,7 +108,10 @@ impl RequestId {
     /// Runs `fut` as part of this request.
     pub async fn scope<F: Future>(self, fut: F) -> F::Output {
         CURRENT
-            .scope(self, MODEL.scope(Default::default(), fut))
+            .scope(
+                self,
+                MODEL.scope(Default::default(), ADAPTER.scope(Default::default(), fut)),
+            )
             .await
     }
 }

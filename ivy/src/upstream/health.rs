@@ -69,7 +69,10 @@ async fn check(replica: &Arc<Replica>, timeout: Duration) -> Option<Arc<InfoResp
 
 fn admit(pools: &Pools, replica: &Arc<Replica>, info: &Arc<InfoResponse>) {
     match pools.accept(replica, info) {
-        Ok(()) => replica.set_health(Health::Serving, "health check", false),
+        Ok(pool) => {
+            replica.set_health(Health::Serving, "health check", false);
+            super::adapters::catch_up(&pool.adapters, replica);
+        }
         Err(why) => {
             if replica.health() != Health::Mismatch {
                 tracing::error!(replica = %replica.url, model = %info.model_id, reason = %why,

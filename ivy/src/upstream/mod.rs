@@ -3,6 +3,7 @@
 //! a replica is picked (balancing, batch slots), and how chunks travel
 //! (coalescing, the frames client, the spinner that wakes on replies).
 
+pub mod adapters;
 pub mod balancer;
 pub mod batch_slots;
 pub mod coalesce;

@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use ivy_tokenizer::Tokenizer;
 use proto::tulip::v1::InfoResponse;
 
+use super::adapters::PoolAdapters;
 use super::balancer::{self, Policy};
 use super::batch_slots::BatchSlots;
 use super::replica::{Health, Replica};
@@ -46,6 +47,8 @@ pub struct Pool {
     /// `--served-model-name` when this is the default pool.
     names_override: Vec<String>,
     set: Arc<ReplicaSet>,
+    /// LoRA adapters over this model, each served under its own name.
+    pub adapters: PoolAdapters,
 }
 
 impl Pool {
@@ -174,13 +177,23 @@ impl Pools {
     /// Puts a replica that answered `Info` in its model's pool (opening
     /// one for a new model); Err: refused (other files under the pool's
     /// model id, or a tokenizer that does not load).
-    pub fn accept(&self, replica: &Replica, info: &Arc<InfoResponse>) -> Result<(), String> {
+    pub fn accept(&self, replica: &Replica, info: &Arc<InfoResponse>) -> Result<Arc<Pool>, String> {
         let pool = match self.all().iter().find(|p| *p.name == *info.model_id) {
             Some(p) => Arc::clone(p),
             None => self.open(info)?,
         };
         replica.set_pool(pool.index);
-        pool.model.accept(info)
+        pool.model.accept(info)?;
+        pool.adapters.learn(info);
+        Ok(pool)
+    }
+
+    /// The pool serving LoRA adapter `name`.
+    pub fn adapter_pool(&self, name: &str) -> Option<Arc<Pool>> {
+        self.all()
+            .iter()
+            .find(|p| p.adapters.get(name).is_some())
+            .cloned()
     }
 
     /// A new pool for `info`'s model, unless another replica opened it
@@ -216,6 +229,7 @@ impl Pools {
                 Vec::new()
             },
             set: Arc::clone(&self.set),
+            adapters: PoolAdapters::default(),
         });
         let mut next = Vec::clone(&list);
         next.push(Arc::clone(&pool));
@@ -240,6 +254,15 @@ impl Pools {
             }
             Some(m) => match self.find(m) {
                 Some(pool) => Ok((pool, m.to_string())),
+                None if self.adapter_pool(m).is_some() => {
+                    let pool = self.adapter_pool(m).ok_or_else(|| self.none_yet(Some(m)))?;
+                    if !crate::request::id::set_adapter(m) {
+                        return Err(ApiError::Internal(format!(
+                            "the adapter `{m}` was asked for outside a request"
+                        )));
+                    }
+                    Ok((pool, m.to_string()))
+                }
                 None if self.some_replica_unknown() => Err(self.none_yet(Some(m))),
                 None => Err(ApiError::ModelNotFound(format!(
                     "The model `{m}` does not exist here; this gateway serves {}",
@@ -253,9 +276,15 @@ impl Pools {
         }
     }
 
-    /// Every pool's served names, in pool order.
+    /// Every pool's served names, in pool order, then its adapters'.
     pub fn served_names(&self) -> Vec<String> {
-        self.all().iter().flat_map(|p| p.served_names()).collect()
+        self.all()
+            .iter()
+            .flat_map(|p| {
+                let adapters = p.adapters.list().into_iter().map(|(n, _)| n);
+                p.served_names().into_iter().chain(adapters)
+            })
+            .collect()
     }
 
     /// A replica has not said yet what it serves (starting, or down before

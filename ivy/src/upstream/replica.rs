@@ -109,6 +109,9 @@ pub struct Replica {
     /// Why it last stopped taking work, for the 503 a client gets when no
     /// replica is left (logs are not the only place to find out).
     why: RwLock<String>,
+    /// LoRA adapters loaded here (its `Info`'s, then Ivy's own loads), and
+    /// those being loaded now, so the health loop loads each once.
+    pub(crate) adapters: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -155,6 +158,7 @@ impl Replica {
             use_frames: AtomicBool::new(false),
             pool: AtomicUsize::new(usize::MAX),
             why: RwLock::new(String::new()),
+            adapters: Default::default(),
         })
     }
 
@@ -277,11 +281,46 @@ impl Replica {
             Err(_) => return Err(format!("no Info answer within {timeout:?}")),
         };
         *self.info.write().expect("replica lock poisoned") = Some(Arc::clone(&info));
+        *self.adapters.lock().expect("replica lock poisoned") =
+            info.adapters.iter().map(|a| a.name.clone()).collect();
         let frames = self.frames.is_some() && info.unix_frames;
         if self.use_frames.swap(frames, Ordering::Relaxed) != frames {
             tracing::info!(replica = %self.url, frames, "Embed calls as Tulip frames");
         }
         Ok(info)
+    }
+
+    /// Loads a LoRA adapter here (`LoadAdapter`).
+    pub async fn load_adapter(
+        &self,
+        name: &str,
+        path: &str,
+    ) -> Result<proto::tulip::v1::Adapter, tonic::Status> {
+        let mut client = self.client.clone();
+        let request = proto::tulip::v1::LoadAdapterRequest {
+            name: name.to_string(),
+            path: path.to_string(),
+        };
+        let adapter = client.load_adapter(request).await?.into_inner();
+        self.adapters
+            .lock()
+            .expect("replica lock poisoned")
+            .insert(name.to_string());
+        Ok(adapter)
+    }
+
+    /// Unloads a LoRA adapter here (`UnloadAdapter`).
+    pub async fn unload_adapter(&self, name: &str) -> Result<(), tonic::Status> {
+        let mut client = self.client.clone();
+        let request = proto::tulip::v1::UnloadAdapterRequest {
+            name: name.to_string(),
+        };
+        let result = client.unload_adapter(request).await.map(|_| ());
+        self.adapters
+            .lock()
+            .expect("replica lock poisoned")
+            .remove(name);
+        result
     }
 
     /// Runs one chunk here. Its tokens count as this replica's load until
@@ -338,6 +377,9 @@ impl Replica {
             Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition => {
                 AttemptError::Fatal(ApiError::UpstreamInvalid(msg.to_string()))
             }
+            // An adapter not loaded on this replica (yet: Ivy loads it on
+            // replicas that join after it): another may have it.
+            Code::NotFound => AttemptError::Retry(ApiError::ModelNotFound(msg.to_string())),
             // Connection lost, refused, reset, or the replica is draining:
             // no new work until a health check says SERVING again.
             Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => {

@@ -33,6 +33,7 @@ fn classed(
         normalize: true,
         raw_scores: false,
         request_id: "r".into(),
+        adapter: None,
         token_ids: vec![1; *offsets.last().unwrap() as usize],
         offsets,
         arrived: Instant::now(),

@@ -21,6 +21,20 @@ impl Tulip for Null {
     async fn info(&self, _: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
         Ok(Response::new(InfoResponse::default()))
     }
+
+    async fn load_adapter(
+        &self,
+        _: Request<proto::tulip::v1::LoadAdapterRequest>,
+    ) -> Result<Response<proto::tulip::v1::Adapter>, Status> {
+        Err(Status::unimplemented("no adapters here"))
+    }
+
+    async fn unload_adapter(
+        &self,
+        _: Request<proto::tulip::v1::UnloadAdapterRequest>,
+    ) -> Result<Response<proto::tulip::v1::UnloadAdapterResponse>, Status> {
+        Err(Status::unimplemented("no adapters here"))
+    }
 }
 
 /// A null tulip.v1 server on a free loopback port.

@@ -118,6 +118,12 @@ fn openai(f: &Fragments) -> Value {
         ..
     } = f;
     json!({
+        "LoadLoraAdapterRequest": { "type": "object", "required": ["lora_name", "lora_path"], "properties": {
+            "lora_name": { "type": "string", "description": "The model name it is served under" },
+            "lora_path": { "type": "string", "description": "A PEFT adapter directory every replica of the model can read" },
+            "model": { "type": "string", "description": "The base model (default: the default model)" } } },
+        "UnloadLoraAdapterRequest": { "type": "object", "required": ["lora_name"], "properties": {
+            "lora_name": { "type": "string" } } },
         "OpenAiEmbeddingRequest": { "type": "object", "required": ["input"], "properties": {
             "input": input, "model": { "type": "string" },
             "encoding_format": { "type": "string", "enum": ["float", "base64", "int8", "uint8", "binary", "ubinary"], "default": "float",

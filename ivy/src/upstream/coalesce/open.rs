@@ -41,6 +41,8 @@ struct Key {
     dimensions: u32,
     raw_scores: bool,
     priority: i32,
+    /// A call carries one LoRA adapter for all its sequences.
+    adapter: String,
 }
 
 impl Key {
@@ -51,6 +53,7 @@ impl Key {
             dimensions: r.dimensions,
             raw_scores: r.raw_scores,
             priority: r.priority,
+            adapter: r.adapter.clone(),
         }
     }
 }
