@@ -159,3 +159,46 @@ def ivy_tiny_base(tmp_path):
     from bench.harness import tiny_models as models
 
     return models.tiny_bert(tmp_path / "tiny-bert")
+
+
+def test_loading_and_unloading_under_load_loses_no_request(stack, adapters, wants):
+    """Requests for the base model, a loaded adapter and the one being
+    loaded and unloaded run throughout: every answer is right or, for the
+    adapter while it is away, a clean refusal (404, or 503 while a replica
+    that might serve it is down, as for any unknown model)."""
+    import threading
+
+    ivy, _, _ = stack
+    stop, failures, answered = threading.Event(), [], {"base": 0, "legal": 0, "medical": 0}
+
+    def traffic(model):
+        while not stop.is_set():
+            status, body = ivy.post_json("/v1/embeddings", {"input": TEXTS, **({"model": model} if model else {})})
+            name = model or "base"
+            if status in (404, 503) and model == "medical":
+                continue
+            if status != 200:
+                failures.append((name, status, body))
+                continue
+            got = np.array([d["embedding"] for d in body["data"]])
+            if cosines(got, wants[name]).min() < 0.999:
+                failures.append((name, "wrong vectors"))
+            answered[name] += 1
+
+    threads = [threading.Thread(target=traffic, args=(m,)) for m in (None, "legal", "medical")]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            status, body = ivy.post_json("/v1/load_lora_adapter",
+                                         {"lora_name": "medical", "lora_path": str(adapters["medical"])})
+            assert status == 200, body
+            served = answered["medical"]
+            wait_for(lambda n=served: answered["medical"] > n, "a request served by the loaded adapter", timeout=30)
+            status, body = ivy.post_json("/v1/unload_lora_adapter", {"lora_name": "medical"})
+            assert status == 200, body
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == [] and min(answered.values()) > 0, (failures, answered)
