@@ -168,6 +168,12 @@ class GatedRuntime(abc.ABC, Generic[R]):
             return None
         return LazyTensor.ready(self._execute(batch), _info(self.name, batch.layout.tokens))
 
+    def run_ungated(self, batch: Batch) -> torch.Tensor | None:
+        """A resolved step on the built runtime whatever its bucket's gate
+        said, None before the build (benchmarks: what a refused bucket
+        would have given, and in what time). Never on the request path."""
+        return None if self._runtime is None else self._execute(batch)
+
     def observe(self, batch: Batch, lazy: LazyTensor) -> None:
         """A cold bucket's first step, as the engine ran it: kept for the
         bucket's gate, and its build queued."""
