@@ -73,9 +73,9 @@ class Int8Settings(OnnxSettings):
 
     def recipe(self) -> dict[str, str]:
         """How the copy is quantized (part of its cache key). Weights per
-        output channel: per tensor, MiniLM's vectors lost 6-7 times more
-        cosine (1 - cosine 0.08-0.15 against 0.012-0.021), in the same step
-        time. 7-bit weights only without dot products, where ONNX Runtime's
+        output channel: per tensor, MiniLM's vectors lost 7-9 times more
+        cosine (1 - cosine 0.077-0.18 against 0.008-0.025), in the same
+        step time. 7-bit weights only without dot products, where ONNX Runtime's
         int8 kernels add pairs of products in 16 bits and full-range weights
         can saturate them; with dot products they only cost cosine."""
         return {"int8_ops": ",".join(OPS), "int8_per_channel": "1",
