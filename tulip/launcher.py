@@ -187,8 +187,9 @@ def parser() -> argparse.ArgumentParser:
                 "the step returns (one wake-up per step instead of one per operator, but they hold the cores "
                 "meanwhile); false = they sleep whenever they wait")
     p.flag("--cpu-fast-path-warm", type=parse_bool, default=False,
-           help="build the CPU fast path and the bfloat16 twin and gate every bucket at start-up (the twin's "
-                "up to --max-batch-tokens), before serving, instead of in the background on first use")
+           help="build the CPU fast path (and its int8 copy) and the bfloat16 twin and gate every bucket at "
+                "start-up (the twin's up to --max-batch-tokens), before serving, instead of in the background on "
+                "first use")
     p.flag("--cache-dir", default="", shown="$XDG_CACHE_HOME/tulip-rose, else ~/.cache/tulip-rose",
            help="folder of the CPU fast path's exports, one per model, weights and versions, so a restart loads "
                 "the last one instead of exporting again (docs/operations.md); not writable: the fast path is off")
@@ -201,6 +202,13 @@ def parser() -> argparse.ArgumentParser:
                 "gated per token bucket against the float32 step (cosine 0.999, docs/latency.md); auto: where "
                 "the CPU has AMX; true: wherever it has bfloat16 arithmetic; false = float32 only",
            shown="auto: on where the CPU has AMX tiles")
+    p.flag("--cpu-int8", type=parse_auto_bool, default=False,
+           help="on the CPU at float32, the CPU fast path's steps run on an int8 copy of its export (ONNX Runtime's "
+                "dynamic quantization: int8 weights, activations quantized per step), built in the background and "
+                "gated per token bucket against the float32 step (cosine 0.999 on every row; a bucket below it "
+                "stays float32, docs/latency.md); embedders only: scores and logits stay float32; auto: where the "
+                "CPU has int8 dot-product instructions (AVX-512 VNNI, AVX-VNNI, ARM dot product); true: on any "
+                "CPU; needs --cpu-fast-path")
     p.flag("--lora", type=parse_loras, default=[], action="extend", metavar="NAME=PATH[,...]", shown="none",
            help="LoRA adapters (PEFT directories) to load at start, each served as model NAME by Ivy; repeatable. "
                 "More are loaded at run time through Ivy's POST /v1/load_lora_adapter")
@@ -336,13 +344,19 @@ def _load_engine(args, model: str, log):
 def _cpu_runtimes(args) -> list:
     """The settings of the CPU runtimes the flags ask for (rose/cpu); ROSE
     decides which of them can serve the model, and logs why not."""
-    from rose.cpu import Bf16Settings, OnnxSettings
+    from rose.cpu import Bf16Settings, Int8Settings, OnnxSettings
 
     wanted: list = []
+    fast = {"max_tokens": args.cpu_fast_path_max_tokens or None, "threads": args.cpu_fast_path_threads,
+            "spin": args.cpu_fast_path_spin, "cache_dir": args.cache_dir or None,
+            "cache_max_bytes": args.cache_max_bytes}
     if args.cpu_fast_path:
-        wanted.append(OnnxSettings(max_tokens=args.cpu_fast_path_max_tokens or None,
-                                   threads=args.cpu_fast_path_threads, spin=args.cpu_fast_path_spin,
-                                   cache_dir=args.cache_dir or None, cache_max_bytes=args.cache_max_bytes))
+        wanted.append(OnnxSettings(**fast))
+        if args.cpu_int8 is not False:
+            wanted.append(Int8Settings(**fast, require_dot=args.cpu_int8 is None))
+    elif args.cpu_int8 is not False:
+        logging.getLogger("rose.cpu").info("int8 CPU fast path off: it is a copy of the CPU fast path, which "
+                                           "--cpu-fast-path false turns off")
     if args.cpu_bf16 is not False:
         wanted.append(Bf16Settings(require_amx=args.cpu_bf16 is None,
                                    warm_tokens=args.max_batch_tokens or CPU_MAX_BATCH_TOKENS))

@@ -65,7 +65,7 @@ class Stack:
                             **(tulip_flags or {})}
         self.gates: list[dict] = []
         self._tulip = self._ivy = self._infinity = self._st = self._bare = self._ort = None
-        self._f32: tuple[Tulip, Ivy] | None = None
+        self._variants: dict[str, tuple[Tulip, Ivy]] = {}  # another Tulip's flags: its Tulip and Ivy
         self._reference: dict[str, np.ndarray] = {}
         self._failed: dict[str, Exception] = {}
 
@@ -182,17 +182,29 @@ class Stack:
     def float32_ivy(self) -> Ivy:
         """A second Ivy → Tulip with the bfloat16 twin off (float32 only):
         what the twin adds, measured in the same run."""
-        if self._f32 is None:
-            tulip = self.gated_tulip("Tulip gRPC, float32 (--cpu-bf16 false)", cpu_bf16="false")
+        return self.variant("float32 (--cpu-bf16 false)", cpu_bf16="false")[1]
+
+    def int8_stack(self) -> tuple[Tulip, Ivy]:
+        """Ivy → Tulip with the CPU fast path's int8 copy on (forced, as
+        --cpu-int8 true; the twin off, which would take the fast path's
+        steps where the CPU has AMX): int8 where its gate passes, float32
+        elsewhere."""
+        return self.variant("int8 (--cpu-int8 true --cpu-bf16 false)", cpu_int8="true", cpu_bf16="false")
+
+    def variant(self, name: str, **flags) -> tuple[Tulip, Ivy]:
+        """Another Ivy → Tulip whose Tulip has these flags besides the
+        stack's, each gated like the first; started once per name."""
+        if name not in self._variants:
+            tulip = self.gated_tulip(f"Tulip gRPC, {name}", **flags)
             try:
-                ivy = self._start("Ivy → Tulip float32 (HTTP, text)",
+                ivy = self._start(f"Ivy → Tulip {name} (HTTP, text)",
                                   lambda: Ivy([tulip.url], self.model_dir, log_dir=self.log_dir),
                                   lambda ivy: lambda texts: _over_http(ivy.port, IVY_PATH, texts))
             except Exception:
                 tulip.stop()
                 raise
-            self._f32 = (tulip, ivy)
-        return self._f32[1]
+            self._variants[name] = (tulip, ivy)
+        return self._variants[name]
 
     def infinity(self) -> Infinity:
         """Raises ``Unavailable`` (with the reason) when it cannot run here."""
@@ -216,10 +228,12 @@ class Stack:
         return {"infinity-emb": infinity_version()} if self._infinity else {}
 
     def close(self) -> None:
-        for proc in (self._ivy, self._infinity, self._tulip, *(reversed(self._f32) if self._f32 else ())):
+        for proc in (self._ivy, self._infinity, self._tulip,
+                     *(p for pair in self._variants.values() for p in reversed(pair))):
             if proc is not None:
                 proc.stop()
-        self._tulip = self._ivy = self._infinity = self._f32 = None
+        self._tulip = self._ivy = self._infinity = None
+        self._variants = {}
 
     def __enter__(self):
         return self

@@ -15,15 +15,18 @@ from dataclasses import dataclass, field
 
 from .bf16 import Bf16Settings, Bf16Twin
 from .gated import Context, GatedRuntime, State
+from .int8 import Int8Settings, OnnxInt8Runtime
 from .onnx import OnnxRuntime, OnnxSettings
 
-__all__ = ["Bf16Settings", "Context", "GatedRuntime", "OnnxSettings", "RUNTIMES", "Selection", "State", "select"]
+__all__ = ["Bf16Settings", "Context", "GatedRuntime", "Int8Settings", "OnnxSettings", "RUNTIMES", "Selection", "State",
+           "select"]
 
 log = logging.getLogger("rose.cpu")
 
 # In the order a step is offered to them: ONNX Runtime takes the small
-# steps it is given, the twin any other.
-RUNTIMES: tuple[type[GatedRuntime], ...] = (OnnxRuntime, Bf16Twin)
+# steps it is given (in int8 where its bucket passed that gate, else in
+# float32), the twin any other.
+RUNTIMES: tuple[type[GatedRuntime], ...] = (OnnxInt8Runtime, OnnxRuntime, Bf16Twin)
 
 
 @dataclass
@@ -37,10 +40,11 @@ class Selection:
 
 def select(ctx: Context, wanted: Sequence[object]) -> Selection:
     """``wanted``: settings objects, one per runtime to try (an
-    ``OnnxSettings``, a ``Bf16Settings``...). Logs one line per refusal."""
+    ``OnnxSettings``, an ``Int8Settings``, a ``Bf16Settings``...). Logs one line per refusal."""
     given = {}
     for settings in wanted:
-        cls = next((c for c in RUNTIMES if isinstance(settings, c.Settings)), None)
+        # The exact class: an Int8Settings is also an OnnxSettings.
+        cls = next((c for c in RUNTIMES if type(settings) is c.Settings), None)
         if cls is None:
             raise ValueError(f"no CPU runtime takes {type(settings).__name__}")
         given[cls] = settings

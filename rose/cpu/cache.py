@@ -9,7 +9,8 @@ weights per start).
   each file's first MiB: the whole of a config, a safetensors' header),
   ROSE's own source (the exported graph is ROSE's definition), the
   versions of Python, torch, onnx, onnxscript and ONNX Runtime (torch's
-  sets the opset), and the export's shape plan (most tokens and sequences).
+  sets the opset), and the export's shape plan (most tokens and sequences);
+  an int8 copy's key adds how it was quantized (``int8.py``).
 - **Atomic**: an export is written into ``.staging-...`` inside the cache
   and renamed into place whole; a folder without its ``meta.json`` or a
   staging folder is never loaded. Staging folders of processes that are
@@ -30,6 +31,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 DEFAULT_MAX_BYTES = 2 << 30
@@ -79,7 +81,7 @@ def _version(dist: str) -> str:
         return "none"
 
 
-def export_key(model_dir: Path, plan: dict[str, int]) -> tuple[str, dict]:
+def export_key(model_dir: Path, plan: Mapping[str, int | str]) -> tuple[str, dict]:
     """The key of an export of ``model_dir`` with the shape ``plan``, and
     what it was made of (kept in the entry's ``meta.json``)."""
     rose_dir = Path(__file__).resolve().parents[1]

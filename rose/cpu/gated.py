@@ -1,12 +1,15 @@
 """A runtime that takes a CPU step's token bucket over once it is built and
-gated: what every CPU runtime (``onnx.py``, ``bf16.py``) shares, mirroring
-the lazily captured CUDA graphs of ``rose/step/graphs.py``.
+gated: what every CPU runtime (``onnx.py``, ``int8.py``, ``bf16.py``)
+shares, mirroring the lazily captured CUDA graphs of
+``rose/step/graphs.py``.
 
 A bucket's first step runs eagerly (float32) and its input and output are
 kept; a background thread builds the runtime once, runs it on that same
 step and compares: every row must reach a cosine of ``FIDELITY`` with the
-eager output, or the bucket stays eager for good. The request path only
-calls ``run`` and ``observe``, and neither ever waits for a build.
+eager output, or the bucket is left for good to the runtimes after it (the
+float32 ones: ONNX Runtime's float32 session after its int8 copy, else
+eager). The request path only calls ``run`` and ``observe``, and neither
+ever waits for a build.
 
 A runtime class also says whether it can run for an engine at all
 (``refusal``, one line a log can show); ``rose/cpu/__init__.py`` lists the
@@ -165,6 +168,12 @@ class GatedRuntime(abc.ABC, Generic[R]):
             return None
         return LazyTensor.ready(self._execute(batch), _info(self.name, batch.layout.tokens))
 
+    def run_ungated(self, batch: Batch) -> torch.Tensor | None:
+        """A resolved step on the built runtime whatever its bucket's gate
+        said, None before the build (benchmarks: what a refused bucket
+        would have given, and in what time). Never on the request path."""
+        return None if self._runtime is None else self._execute(batch)
+
     def observe(self, batch: Batch, lazy: LazyTensor) -> None:
         """A cold bucket's first step, as the engine ran it: kept for the
         bucket's gate, and its build queued."""
@@ -241,13 +250,21 @@ class GatedRuntime(abc.ABC, Generic[R]):
             got = self._execute(sample)
         cos = min_cosine(got.float().numpy(), want.float().numpy())
         self.gates[bucket] = cos
-        if cos >= FIDELITY:
+        bar = self.fidelity()
+        if cos >= bar:
             self._set(bucket, State.READY)
             log.info("%s: bucket %d tokens ready (min cosine %.6f against eager)", self.title, bucket, cos)
         else:
             self._set(bucket, State.FAILED)
-            log.warning("%s: bucket %d tokens fails the fidelity gate (min cosine %.6f < %s); it stays eager",
-                        self.title, bucket, cos, FIDELITY)
+            log.warning("%s: bucket %d tokens fails the fidelity gate (min cosine %.6f < %s); it stays float32",
+                        self.title, bucket, cos, bar)
+
+    def fidelity(self) -> float:
+        """The cosine a bucket's rows must reach: ``FIDELITY`` unless the
+        settings name another (``fidelity``, an internal knob: tests raise
+        it to 1.0 to see a real output refused)."""
+        bar = getattr(self.settings, "fidelity", None)
+        return FIDELITY if bar is None else bar
 
 
 @functools.lru_cache(maxsize=8192)

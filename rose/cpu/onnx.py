@@ -35,6 +35,8 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,45 +164,83 @@ class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untype
 def _session(model_dir: Path, settings: OnnxSettings):
     """An ONNX Runtime session of the model's export: the cached one, else
     one exported now (in a child process) into the cache."""
-    cache = settings.cache()
     key, meta = export_key(model_dir, settings.plan())
-    entry = cache.lookup(key)
-    if entry is not None:
+    return cached_session(settings, key, meta, lambda staging: _export(model_dir, staging, settings),
+                          "CPU fast path", "export", "exported")
+
+
+# One build at a time in a process: the runtimes that read the same export
+# (the float32 session and its int8 copy, int8.py) build side by side, and
+# the second finds the first's export in the cache instead of making it
+# again; eviction happens under it too.
+_BUILDS = threading.RLock()
+
+
+def cached_session(settings: OnnxSettings, key: str, meta: dict, make: Callable[[Path], None], title: str,
+                   what: str, made: str):
+    """An ONNX Runtime session of the cache's entry ``key``: the cached
+    one, else one ``make(staging)`` writes now (``staging/model.onnx``).
+    ``title``, ``what`` and ``made`` word its log lines ("CPU fast path:
+    export reused from the cache", "...: exported into the cache")."""
+    cache = settings.cache()
+    with _BUILDS:
+        entry = cache.lookup(key)
+        if entry is not None:
+            try:
+                session = _open(entry / "model.onnx", settings)
+                log.info("%s: %s reused from the cache (%s)", title, what, entry)
+                return session
+            except Exception as e:  # unreadable, or evicted by another process meanwhile
+                log.warning("%s: the cached %s %s does not load (%s); making it again", title, what, entry, e)
+                shutil.rmtree(entry, ignore_errors=True)
+        entry = _make(cache, key, meta, make)
         try:
             session = _open(entry / "model.onnx", settings)
-            log.info("CPU fast path: export reused from the cache (%s)", entry)
-            return session
-        except Exception as e:  # unreadable, or evicted by another process meanwhile
-            log.warning("CPU fast path: the cached export %s does not load (%s); exporting again", entry, e)
+        except Exception:  # an export no session takes is not kept
             shutil.rmtree(entry, ignore_errors=True)
-    staging = cache.staging()
-    try:
-        _export(model_dir, staging, settings)
-        entry = cache.commit(staging, key, meta)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    try:
-        session = _open(entry / "model.onnx", settings)
-    except Exception:  # an export no session takes is not kept
-        shutil.rmtree(entry, ignore_errors=True)
-        raise
-    size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
-    evicted = cache.evict(keep=entry)
-    log.info("CPU fast path: exported into the cache (%s, %d MB)%s", entry, size >> 20,
+            raise
+        size = sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+        evicted = cache.evict(keep=entry)
+    log.info("%s: %s into the cache (%s, %d MB)%s", title, made, entry, size >> 20,
              f"; evicted {len(evicted)} older export(s) to stay within {cache.max_bytes} bytes" if evicted else "")
     return session
 
 
+def export_entry(model_dir: Path, settings: OnnxSettings) -> Path:
+    """The cache's folder of the model's float32 export (what ``int8.py``
+    quantizes): the cached one, else one exported now."""
+    key, meta = export_key(model_dir, settings.plan())
+    with _BUILDS:
+        entry = settings.cache().lookup(key)
+        return entry if entry is not None else _make(settings.cache(), key, meta,
+                                                     lambda staging: _export(model_dir, staging, settings))
+
+
+def _make(cache: ExportCache, key: str, meta: dict, make: Callable[[Path], None]) -> Path:
+    staging = cache.staging()
+    try:
+        make(staging)
+        return cache.commit(staging, key, meta)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _export(model_dir: Path, staging: Path, settings: OnnxSettings) -> None:
-    """Runs the export child, which writes ``staging/model.onnx`` and its
-    temporary files under ``staging`` alone, and ends if this process does."""
+    """Runs the export child, which writes ``staging/model.onnx``."""
+    run_child("rose.cpu.onnx_export", [str(model_dir), str(staging / "model.onnx"), "--max-tokens",
+                                       str(settings.max_tokens), "--max-sequences", str(settings.max_sequences)],
+              staging, "export")
+
+
+def run_child(module: str, args: list[str], staging: Path, what: str) -> None:
+    """Runs ``python -m module args``, which writes ``staging/model.onnx``
+    and its temporary files under ``staging`` alone, and ends if this
+    process does (``--parent``)."""
     path, tmp = staging / "model.onnx", staging / "tmp"
     tmp.mkdir()
     env = python_env_for_child()
     env["TMPDIR"] = str(tmp)
-    res = subprocess.run([sys.executable, "-m", "rose.cpu.onnx_export", str(model_dir), str(path),
-                          "--max-tokens", str(settings.max_tokens), "--max-sequences", str(settings.max_sequences),
-                          "--parent", str(os.getpid())],
+    res = subprocess.run([sys.executable, "-m", module, *args, "--parent", str(os.getpid())],
                          capture_output=True, text=True, env=env, timeout=EXPORT_TIMEOUT_S)
     shutil.rmtree(tmp, ignore_errors=True)
     if res.returncode != 0 or not path.is_file():
@@ -208,7 +248,7 @@ def _export(model_dir: Path, staging: Path, settings: OnnxSettings) -> None:
         # The exception's own line, not the exporter's closing advice.
         errors = [x for x in lines if re.match(r"^[\w.]*(Error|Exception)\b", x)]
         why = (errors or lines or ["no output"])[-1]
-        raise RuntimeError(f"export failed (exit {res.returncode}): {why}")
+        raise RuntimeError(f"{what} failed (exit {res.returncode}): {why}")
 
 
 def _import_onnxruntime():

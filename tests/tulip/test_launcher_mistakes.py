@@ -110,6 +110,8 @@ def test_booleans_read_like_ivys(monkeypatch, capsys):
     assert (args.json_output, args.graphs, args.priority, args.inline_steps) == (True, False, False, True)
     assert parser().parse_args([]).cpu_bf16 is None  # auto
     assert parser().parse_args(["--cpu-bf16", "yes"]).cpu_bf16 is True
+    assert parser().parse_args([]).cpu_int8 is False  # off unless asked
+    assert parser().parse_args(["--cpu-int8", "auto"]).cpu_int8 is None
     monkeypatch.setenv("TULIP_CPU_PACKED_LINEAR", "no")
     assert parser().parse_args([]).cpu_packed_linear is False
     with pytest.raises(SystemExit):
@@ -158,3 +160,18 @@ def test_a_missing_default_model_says_it_is_an_extra(tmp_path):
                        timeout=120)
     line = one_error(r)
     assert "optional extra" in line and "pip install -e '.[default-model]'" in line, line
+
+
+def test_cpu_int8_rides_on_the_fast_path():
+    """--cpu-int8 adds the fast path's int8 copy with the fast path's own
+    settings (auto: where the CPU has int8 dot products), and nothing when
+    the fast path is off."""
+    from rose.cpu import Int8Settings, OnnxSettings
+    from tulip.launcher import _cpu_runtimes, parser
+
+    base = ["--cpu-bf16", "false", "--cpu-fast-path-max-tokens", "64"]
+    assert [type(s) for s in _cpu_runtimes(parser().parse_args(base))] == [OnnxSettings]
+    fast, int8 = _cpu_runtimes(parser().parse_args([*base, "--cpu-int8", "auto"]))
+    assert isinstance(int8, Int8Settings) and int8.require_dot and int8.max_tokens == fast.max_tokens == 64
+    assert not _cpu_runtimes(parser().parse_args([*base, "--cpu-int8", "true"]))[1].require_dot
+    assert _cpu_runtimes(parser().parse_args([*base, "--cpu-int8", "true", "--cpu-fast-path", "false"])) == []
