@@ -45,7 +45,7 @@ def _rows(ivy: Ivy, opts: Options, kind: str, rows: list[readers.Row]) -> tuple[
     kept: list[readers.Row] = []
     tokens = 0
     if good:
-        body = request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority)
+        body = request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority, opts.model)
         texts = [r.text for r in good if r.text is not None]  # all of them: the check narrows the type
         got, rejected, tokens = ivy.embed_rows(kind, texts, body)
         for i, (r, out) in enumerate(zip(good, got)):
@@ -60,7 +60,7 @@ def _rows(ivy: Ivy, opts: Options, kind: str, rows: list[readers.Row]) -> tuple[
 def late_options(opts: Options) -> dict:
     """The body fields of a late-chunking request (``truncate`` is moot:
     Ivy windows a long document itself)."""
-    return {**request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority),
+    return {**request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority, opts.model),
             "late_chunking": True}
 
 

@@ -55,15 +55,17 @@ when one of its rows is bad, when it has more chunks than the gateway takes
 per request, or when Ivy rejects it (e.g. a chunk with no token of its own).
 
 Each request carries "priority": "batch" (--priority), so a gateway that
-separates traffic classes serves interactive queries first.
+separates traffic classes serves interactive queries first, and with
+--model NAME "model": NAME: one of the gateway's models or LoRA adapters
+(GET /v1/models lists them), which sizes the run (/info?model=NAME).
 
 With --ray [ADDRESS] the batches are sent from tasks on a Ray cluster
 (docs/bulk-on-a-cluster.md); everything else above holds unchanged.
 
 Exit codes: 0 done, every row embedded; 1 --strict and a bad row was found;
-2 bad usage, unreadable input, an unknown --prompt-name, or a resume
-refused; 3 the gateway failed past the retries (or refused the key); 4 an
-unexpected error; 5 done, but some rows were bad: the output holds the
+2 bad usage, unreadable input, an unknown --prompt-name or --model, or a
+resume refused; 3 the gateway failed past the retries (or refused the key);
+4 an unexpected error; 5 done, but some rows were bad: the output holds the
 others and OUTPUT.errors.jsonl lists them; 130 interrupted. After 1, 3, 4
 and 130 the finished batches are kept and a rerun continues."""
 
@@ -80,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
                         "(env IVY_URL; default %(default)s)")
     e.add_argument("--api-key", metavar="KEY", default=os.environ.get("IVY_API_KEY"),
                    help="sent as 'Authorization: Bearer KEY' (env IVY_API_KEY)")
+    e.add_argument("--model", metavar="NAME", default=os.environ.get("IVY_MODEL"),
+                   help="the served model or LoRA adapter to embed with, by the name /v1/models lists (env "
+                        "IVY_MODEL; default: the gateway's default model); checked before the run starts")
     g = e.add_argument_group("input")
     g.add_argument("--format", dest="input_format", choices=readers.FORMATS, help="input format (default: by suffix)")
     g.add_argument("--field", "--column", dest="column", metavar="NAME",
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                    strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
                    timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every,
                    ray=args.ray, priority=args.priority, late_chunking=args.late_chunking,
-                   document_column=args.document_column)
+                   document_column=args.document_column, model=args.model)
     try:
         return Run(opts).run()
     except KeyboardInterrupt:  # before the batches start, or while assembling

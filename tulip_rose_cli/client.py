@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 
@@ -169,6 +169,12 @@ class Ivy:
     def get_json(self, path: str):
         return json.loads(self.request("GET", path)[1])
 
+    def info(self, model: str | None = None) -> dict:
+        """``/info`` of ``model`` (a served model or a LoRA adapter; None:
+        the default model). An unknown one raises ``ApiError`` 404 with
+        Ivy's message, which names the models it serves."""
+        return self.get_json("/info" + (f"?model={quote(model, safe='')}" if model else ""))
+
     def embed(self, kind: str, texts: list[str], options: dict) -> Embedded:
         """Embeddings of ``texts`` (``kind`` one of ``ROUTES``); ``options``
         are body fields (``truncate``, ``prompt_name``, ``dimensions``,
@@ -225,12 +231,15 @@ PRIORITIES = ("batch", "interactive")
 
 
 def request_options(truncate: bool = True, prompt_name: str | None = None, dimensions: int | None = None,
-                    priority: str = "batch") -> dict:
+                    priority: str = "batch", model: str | None = None) -> dict:
     """The body fields of a bulk request: bulk work goes in Ivy's ``batch``
-    priority class, so interactive queries are served first."""
+    priority class, so interactive queries are served first; ``model``
+    picks a served model or a LoRA adapter (None: the gateway's default)."""
     if priority not in PRIORITIES:
         raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
     body = {"truncate": truncate, "priority": priority}
+    if model:
+        body["model"] = model
     if prompt_name:
         body["prompt_name"] = prompt_name
     if dimensions:

@@ -53,7 +53,7 @@ import numpy as np
 from tulip_rose_cli import documents, readers, writers
 from tulip_rose_cli import late_chunking as chunking
 from tulip_rose_cli.batch import late_chunking_unavailable
-from tulip_rose_cli.client import Ivy, Rejected, Retry, request_options
+from tulip_rose_cli.client import ApiError, Ivy, Rejected, Retry, request_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -224,7 +224,9 @@ class IvyEmbedder(_Embedder):
     timeouts and refused connections with backoff (and Retry-After) for up
     to ``retry_for`` seconds, as ``tulip-rose embed`` does. A request Ivy
     rejects (400/413/422) is retried one text at a time to find the bad
-    rows. ``api_key`` defaults to ``IVY_API_KEY``. With ``late_chunking``
+    rows. ``api_key`` defaults to ``IVY_API_KEY``; ``model`` picks one of
+    the gateway's models or LoRA adapters (default: its default model),
+    refused here when the gateway serves no such model. With ``late_chunking``
     each document is one request (``requests_in_flight`` documents at a
     time); a gateway that cannot late-chunk is refused here, before the
     first batch."""
@@ -234,18 +236,24 @@ class IvyEmbedder(_Embedder):
                  strict: bool = False, id_column: str | None = None, error_column: str = "error",
                  request_size: int | None = None, requests_in_flight: int = 2, timeout: float = 120.0,
                  retry_for: float = 600.0, priority: str = "batch", late_chunking: bool = False,
-                 document_column: str | None = None, position_column: str | None = None):
+                 document_column: str | None = None, position_column: str | None = None,
+                 model: str | None = None):
         super().__init__(kind, column, strict, id_column, error_column, late_chunking, document_column,
                          position_column)
         api_key = api_key if api_key is not None else os.environ.get("IVY_API_KEY")
         self.ivy = Ivy(url, api_key, timeout, Retry(give_up_after=retry_for))
-        info = self.ivy.get_json("/info")
+        try:
+            info = self.ivy.info(model)
+        except ApiError as e:
+            if model and e.status == 404:  # Ivy's message names the models it serves
+                raise ValueError(f"model {model!r}: {e.message}") from None
+            raise
         if self.kind not in info.get("kinds", [self.kind]):
             raise ValueError(f"the model {info.get('model_id')} serves {info.get('kinds')}, not {self.kind}")
         most = self.most = int(info.get("max_client_batch_size") or 64)
         self.request_size = min(request_size or 64, most)
         self.dim = int(dimensions or info.get("dimension") or 0)
-        self.options = request_options(truncate, prompt_name, dimensions, priority)
+        self.options = request_options(truncate, prompt_name, dimensions, priority, model)
         if self.kind == "multi_vector":
             # /info gives the dense width only: the token vectors' width is
             # what one answer has (every block's column must have one type).

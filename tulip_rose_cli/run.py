@@ -62,6 +62,8 @@ class Options:
     # Rows with one value in document_column are one document's chunks.
     late_chunking: bool = False
     document_column: str | None = None
+    # A served model or LoRA adapter by name (None: the gateway's default).
+    model: str | None = None
 
 
 def _batches(rows, size: int):
@@ -127,8 +129,10 @@ class Run:
         if o.output.exists() and not work.path.exists() and not o.overwrite:
             raise Exit(USAGE, f"{o.output} exists; pass --overwrite to replace it")
         try:
-            info = self.ivy.get_json("/info")
+            info = self.ivy.info(o.model)
         except ApiError as e:
+            if o.model and e.status == 404:  # Ivy's message names the models it serves
+                raise Exit(USAGE, f"--model {o.model!r}: {e.message}") from None
             raise Exit(SERVER, f"cannot get {o.url}/info: {e}") from None
         if kind not in info.get("kinds", [kind]):
             raise Exit(USAGE, f"the model {info.get('model_id')} serves {info.get('kinds')}, not {kind}")
@@ -157,13 +161,15 @@ class Run:
         if o.late_chunking:  # only then, so runs from before the option still resume
             # The gateway's limit decides which documents are bad, so where batches end.
             manifest.update(late_chunking=True, document_column=o.document_column, max_client_batch_size=most)
+        if o.model:  # likewise; an adapter has its base's model_id but its own vectors
+            manifest["model"] = o.model
         return in_fmt, out_fmt, batch, concurrency, manifest
 
     def _check_late_chunking(self) -> None:
         o = self.opts
         try:
             why = late_chunking_unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions,
-                                                                      o.priority))
+                                                                      o.priority, o.model))
         except ApiError as e:
             raise Exit(SERVER, f"cannot try --late-chunking on {o.url}: {e}") from None
         if why:

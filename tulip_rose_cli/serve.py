@@ -28,7 +28,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tulip.flags import parse_bool
+from tulip.flags import parse_bool, parse_loras
 from tulip_rose_cli.launch import NotFound, find_ivy, ivy_command, tulip_command
 from tulip_rose_cli.processes import Process, die_with_parent, end_group
 
@@ -57,7 +57,11 @@ nothing to run (no Ivy binary).
 
 Several --model: one set of replicas per model (each on every device) behind
 the one Ivy, which routes each request by its `model`; the first --model is
-the default (TEI routes)."""
+the default (TEI routes).
+
+--lora NAME=PATH: a LoRA adapter (a PEFT directory) of the first --model,
+loaded by its replicas at start and served as model NAME; more adapters
+load at run time through Ivy's POST /v1/load_lora_adapter."""
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -102,6 +106,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "fp32 on CPU)")
     g.add_argument("--max-batch-tokens", type=int, default=env("TULIP_MAX_BATCH_TOKENS"), metavar="N",
                    help="most tokens in one engine step (env TULIP_MAX_BATCH_TOKENS; Tulip's default)")
+    # TULIP_LORA is read in adapters(): an "extend" flag cannot take a string default.
+    g.add_argument("--lora", action="extend", type=parse_loras, metavar="NAME=PATH[,...]",
+                   help="LoRA adapters (PEFT directories) of the first --model, loaded by its replicas at start, "
+                        "each served as model NAME; repeatable (env TULIP_LORA, before the flags' adapters)")
+    g.add_argument("--max-adapters", type=int, default=env("TULIP_MAX_ADAPTERS"), metavar="N",
+                   help="LoRA adapters each replica holds at once, at start and loaded at run time (env "
+                        "TULIP_MAX_ADAPTERS; Tulip's default)")
     g.add_argument("--tulip-metrics-port", type=int, default=env("TULIP_ROSE_TULIP_METRICS_PORT", "0"),
                    metavar="PORT", help="replica i serves /metrics on PORT+i (env TULIP_ROSE_TULIP_METRICS_PORT; "
                                         "default 0: off, Ivy's /metrics stays on)")
@@ -173,6 +184,19 @@ def resolve_model(model: str | None) -> tuple[str | None, str | None]:
     except RoseError as e:
         raise Usage(f"cannot serve {e}") from e
     return str(path), name
+
+
+def adapters(args) -> list[tuple[str, str]]:
+    """TULIP_LORA's adapters, then --lora's (as Tulip adds them), each a
+    directory: refused here in one line rather than by every replica."""
+    try:
+        found = parse_loras(os.environ.get("TULIP_LORA", "")) + (args.lora or [])
+    except argparse.ArgumentTypeError as e:
+        raise Usage(f"TULIP_LORA: {e}") from e
+    for name, path in found:
+        if not Path(path).expanduser().is_dir():
+            raise Usage(f"--lora {name}={path}: no such directory (a PEFT adapter's, with adapter_config.json)")
+    return found
 
 
 # --- logging --------------------------------------------------------------
@@ -248,8 +272,12 @@ class Stack:
             return ["cpu"] * (a.replicas or 1)
         return [f"cuda:{i % gpus}" for i in range(a.replicas or gpus)]
 
-    def tulip_cmd(self, i: int, device: str, model_dir: str | None, model_id: str | None, n: int) -> list[str]:
+    def tulip_cmd(self, i: int, device: str, model_dir: str | None, model_id: str | None, n: int,
+                  first: bool = True) -> list[str]:
+        """Replica ``i``'s command line; ``first``: of the first --model,
+        which loads the adapters (another model's would refuse them)."""
         a = self.args
+        lora = ",".join(f"{name}={path}" for name, path in a.lora) if first and a.lora else None
         # Several replicas on the CPU share its cores rather than each
         # starting a thread per core.
         shared = device == "cpu" and n > 1 and not any(x.startswith("--threads") for x in a.tulip_arg)
@@ -258,7 +286,8 @@ class Stack:
             device=device, metrics_port=a.tulip_metrics_port + i if a.tulip_metrics_port else 0,
             drain_timeout=a.drain_timeout, model_id=model_id, dtype=a.dtype or None,
             max_batch_tokens=a.max_batch_tokens or None, json_output="true" if a.json_output else None,
-            threads=max(1, (os.cpu_count() or 1) // n) if shared else None) + a.tulip_arg
+            threads=max(1, (os.cpu_count() or 1) // n) if shared else None, lora=lora,
+            max_adapters=a.max_adapters) + a.tulip_arg
 
     def ivy_cmd(self, ivy: Path, n: int, default: str | None = None) -> list[str]:
         a = self.args
@@ -273,8 +302,9 @@ class Stack:
         front of them all: Ivy groups them by the model each serves."""
         preexec = die_with_parent()
         # Ivy's replicas are these; a DNS name from the environment would
-        # conflict, and the API key goes to Ivy alone.
-        unset = ("IVY_TULIP_DNS", "IVY_API_KEY")
+        # conflict, and the API key goes to Ivy alone. TULIP_LORA is in
+        # the first model's --lora already (Tulip would load it twice).
+        unset = ("IVY_TULIP_DNS", "IVY_API_KEY", "TULIP_LORA")
         n = len(devices) * len(models)
 
         def child(name: str, cmd: list[str], env: dict[str, str] | None = None) -> Process:
@@ -284,7 +314,8 @@ class Stack:
         for m, (model_dir, model_id) in enumerate(models):
             for d, device in enumerate(devices):
                 i = m * len(devices) + d
-                self.children.append(child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n)))
+                self.children.append(child(f"tulip-{i}", self.tulip_cmd(i, device, model_dir, model_id, n,
+                                                                         first=m == 0)))
         api_key = {"IVY_API_KEY": self.args.api_key} if self.args.api_key else None
         self.children.append(child("ivy", self.ivy_cmd(ivy, n, default_model(models)), api_key))
         # Readers start after every fork, so no child is forked while a
@@ -397,6 +428,7 @@ def run(args) -> int:
             raise Usage("--replicas must be at least 1")
         ivy = find_ivy(args.ivy_bin)
         resolved = [resolve_model(m) for m in models]
+        args.lora = adapters(args)
         stack = Stack(args, log)
         devices = stack.plan()
     except (Usage, NotFound) as e:
@@ -408,8 +440,9 @@ def run(args) -> int:
         signal.signal(sig, stack.on_signal)
     name = ", ".join(model_id or model or "sentence-transformers/all-MiniLM-L6-v2 (embedded)"
                      for (_, model_id), model in zip(resolved, models))
+    with_adapters = f" with LoRA adapters {', '.join(n for n, _ in args.lora)}" if args.lora else ""
     log.info(f"starting {len(devices) * len(models)} Tulip replica(s) on {', '.join(devices)} and Ivy ({ivy}) "
-             f"for {name}")
+             f"for {name}{with_adapters}")
     try:
         stack.start(ivy, resolved, devices)
         outcome = stack.wait_ready()

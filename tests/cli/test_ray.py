@@ -2,12 +2,12 @@
 cluster (one per module, 2 CPUs) and real Ivy and Tulip processes: every
 output kind equals Ivy's answers for the same rows, whether the actors call
 Ivy (``IvyEmbedder``) or run the engine themselves (``RoseEmbedder``);
-Parquet in and out with the other columns passed through; an actor killed
-mid-job and an Ivy outage mid-job cost no row and duplicate none; bad rows
-are reported (an error column, or the row named in strict mode, or by line
-from ``tulip-rose embed --ray``); and ``--ray`` writes the file the
-single-machine command writes, in the work directory a single-machine
-rerun resumes."""
+Parquet in and out with the other columns passed through; a LoRA adapter
+picked by ``model``; an actor killed mid-job and an Ivy outage mid-job cost
+no row and duplicate none; bad rows are reported (an error column, or the
+row named in strict mode, or by line from ``tulip-rose embed --ray``); and
+``--ray`` writes the file the single-machine command writes, in the work
+directory a single-machine rerun resumes."""
 
 from __future__ import annotations
 
@@ -134,6 +134,31 @@ def test_ivy_embedder_dimensions_and_bad_rows(cluster, ivy_minilm):
         strict.materialize()
     message = str(failed.value)
     assert "BadRow" in message and "of its batch (text '')" in message and "empty" in message, message
+
+
+@pytest.fixture
+def adapter(ivy_minilm, minilm_dir, tmp_path):
+    """A LoRA adapter loaded at run time into the shared Ivy's replica (no
+    Tulip of its own to start), unloaded after."""
+    from bench.harness import lora_adapters as lora
+
+    path = lora.random_adapter(minilm_dir, tmp_path / "legal", r=8, seed=1)
+    status, body = ivy_minilm.post_json("/v1/load_lora_adapter", {"lora_name": "legal", "lora_path": str(path)})
+    assert status == 200, body
+    yield "legal"
+    ivy_minilm.post_json("/v1/unload_lora_adapter", {"lora_name": "legal"})
+
+
+def test_ivy_embedder_with_a_lora_adapter(cluster, ivy_minilm, adapter):
+    texts = TEXTS[:40]
+    got = arrow(dataset(texts).map_batches(
+        IvyEmbedder, fn_constructor_kwargs={"url": ivy_minilm.url, "model": adapter},
+        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5, batch_size=16, batch_format="pyarrow"))
+    want = ivy_dense(ivy_minilm, texts, model=adapter)
+    np.testing.assert_allclose(dense_of(got), want, atol=1e-5)
+    assert np.abs(want - ivy_dense(ivy_minilm, texts)).max() > 0.01  # not the base model's
+    with pytest.raises(ValueError, match="model 'nonexistent': .*does not exist here"):
+        IvyEmbedder(ivy_minilm.url, model="nonexistent")
 
 
 def test_rose_embedder_equals_ivy_dense(cluster, ivy_minilm, minilm_dir):

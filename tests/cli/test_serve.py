@@ -22,6 +22,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+from bench.harness import lora_adapters as lora
 from bench.harness import tiny_models as models
 from bench.harness.fixtures import corpus_lines
 from tests.cli.serve_process import Serve, alive, children_of
@@ -137,10 +138,16 @@ def run_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 def test_several_models_behind_one_ivy(serves, tmp_path, log_dir):
     """Two --model: a replica per model behind one Ivy, which routes by
-    `model`; the first is the default (TEI routes name none)."""
+    `model`; the first is the default (TEI routes name none). LoRA
+    adapters (TULIP_LORA, then --lora) are the first model's, each served as
+    a model of its own; TULIP_LORA reaches its replica once, not again
+    through the environment (a second load of a name is refused)."""
     embedder = models.tiny_bert(tmp_path / "embedder", seed=4)
     reranker = models.tiny_reranker(tmp_path / "reranker", seed=5, arch="bert")
-    s = Serve("--model", str(embedder), "--model", str(reranker), log_dir=log_dir)
+    legal = lora.random_adapter(embedder, tmp_path / "legal", r=4, seed=6)
+    medical = lora.random_adapter(embedder, tmp_path / "medical", r=4, seed=7)
+    s = Serve("--model", str(embedder), "--model", str(reranker), "--lora", f"medical={medical}",
+              "--max-adapters", "2", log_dir=log_dir, env={"TULIP_LORA": f"legal={legal}"})
     serves.append(s)
     s.wait_ready()
     assert set(s.child_pids()) == {"tulip-0", "tulip-1", "ivy"}
@@ -151,8 +158,12 @@ def test_several_models_behind_one_ivy(serves, tmp_path, log_dir):
         with urllib.request.urlopen(req, timeout=60) as r:
             return json.loads(r.read())
 
-    wait_for(lambda: len(call("/v1/models")["data"]) == 2, "both models up", timeout=60)
-    assert [m["id"] for m in call("/v1/models")["data"]] == ["embedder", "reranker"]
+    wait_for(lambda: len(call("/v1/models")["data"]) == 4, "both models and the adapters up", timeout=60)
+    assert {m["id"]: m["parent"] for m in call("/v1/models")["data"]} == {
+        "embedder": None, "legal": "embedder", "medical": "embedder", "reranker": None}
+    base, adapted = (np.array(call("/v1/embeddings", {"input": ["a"], **model})["data"][0]["embedding"])
+                     for model in ({}, {"model": "legal"}))
+    assert np.abs(base - adapted).max() > 0.01
     ranked = call("/v1/rerank", {"model": "reranker", "query": "q", "documents": ["a", "b"]})
     assert ranked["model"] == "reranker" and len(ranked["results"]) == 2
     assert len(call("/embed", {"inputs": ["a"]})[0]) == 64  # the default model: the first --model
@@ -164,6 +175,36 @@ def test_missing_ivy_binary_says_how_to_get_one(tmp_path):
     proc = run_serve(env={"IVY_BIN": str(tmp_path / "no-ivy")})
     assert proc.returncode == 2
     assert f"IVY_BIN {tmp_path / 'no-ivy'} is not an executable file" in proc.stderr
+
+
+def test_lora_flags_reach_the_first_models_replicas(tmp_path, monkeypatch):
+    """The command lines serve builds: TULIP_LORA's adapters, then --lora's,
+    go to the first --model's replicas only; --max-adapters to every one; a
+    path that is no directory is refused before anything starts."""
+    from tulip_rose_cli import serve
+    from tulip_rose_cli.cli import parser
+
+    for name in ("legal", "medical"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setenv("TULIP_LORA", f"legal={tmp_path / 'legal'}")
+    args = parser().parse_args(["serve", "--model", "a", "--model", "b", "--lora", f"medical={tmp_path / 'medical'}",
+                                "--max-adapters", "2"])
+    args.lora = serve.adapters(args)
+    stack = serve.Stack(args, serve.Log(False))
+    stack.socket_dir.rmdir()  # made by Stack, not used here
+    first = stack.tulip_cmd(0, "cpu", "/models/a", None, 2)
+    other = stack.tulip_cmd(1, "cpu", "/models/b", None, 2, first=False)
+    assert first[first.index("--lora") + 1] == f"legal={tmp_path / 'legal'},medical={tmp_path / 'medical'}"
+    assert "--lora" not in other
+    assert first[first.index("--max-adapters") + 1] == other[other.index("--max-adapters") + 1] == "2"
+    monkeypatch.delenv("TULIP_LORA")
+    bare = serve.Stack(parser().parse_args(["serve"]), serve.Log(False))
+    bare.socket_dir.rmdir()
+    assert "--lora" not in bare.tulip_cmd(0, "cpu", None, None, 1)
+    with pytest.raises(serve.Usage, match="no such directory"):
+        serve.adapters(parser().parse_args(["serve", "--lora", f"x={tmp_path / 'nowhere'}"]))
+    proc = run_serve("--lora", "x")
+    assert proc.returncode == 2 and "'x' is not NAME=PATH" in proc.stderr, proc.stderr
 
 
 def test_hub_id_and_json_output(serves, tmp_path, log_dir):

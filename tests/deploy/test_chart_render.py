@@ -23,6 +23,7 @@ from tests.deploy.tools import (
     helm,
     one,
     render,
+    values_file,
 )
 
 # The oldest Kubernetes the chart supports and the newest the validator knows.
@@ -385,3 +386,33 @@ def test_tulip_writes_its_exports_to_a_bounded_cache_volume(default_objects, hel
     claimed = one(render(sets={"tulip.exportCache.existingClaim": "exports"}), "Deployment", "tulip")
     volumes = {v["name"]: v for v in claimed["spec"]["template"]["spec"]["volumes"]}
     assert volumes[mount["name"]] == {"name": mount["name"], "persistentVolumeClaim": {"claimName": "exports"}}
+
+
+def test_lora_adapters_reach_tulip_from_a_volume_every_replica_reads(default_objects, helm_bin, tmp_path):
+    """tulip.lora as TULIP_LORA (none by default) and tulip.maxAdapters as
+    TULIP_MAX_ADAPTERS; tulip.loraVolume's claim mounted read-only in every
+    pool's pods (run-time loads read it too); a pool's adapters are its own
+    tulip.lora, never the first pool's (another model would refuse them)."""
+    tulip = env(container(one(default_objects, "Deployment", "tulip"), "tulip"))
+    assert "TULIP_LORA" not in tulip and tulip["TULIP_MAX_ADAPTERS"] == "8"
+    values = {"tulip": {"lora": [{"name": "legal", "path": "/adapters/legal"},
+                                 {"name": "medical", "path": "/adapters/medical"}],
+                        "maxAdapters": 2, "loraVolume": {"existingClaim": "adapters"}},
+              "pools": [{"name": "reranker"},
+                        {"name": "other", "tulip": {"lora": [{"name": "x", "path": "/adapters/x"}]}}]}
+    objects = render(values_file(tmp_path, values))
+    adapters = {}
+    for component in ("tulip", "tulip-reranker", "tulip-other"):
+        deployment = one(objects, "Deployment", component)
+        c = container(deployment, "tulip")
+        adapters[component] = env(c).get("TULIP_LORA")
+        assert env(c)["TULIP_MAX_ADAPTERS"] == "2"
+        (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/adapters"]
+        assert mount["readOnly"] is True
+        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+        assert volumes[mount["name"]]["persistentVolumeClaim"] == {"claimName": "adapters", "readOnly": True}
+    assert adapters == {"tulip": "legal=/adapters/legal,medical=/adapters/medical", "tulip-reranker": None,
+                        "tulip-other": "x=/adapters/x"}
+    for obj in objects:
+        if obj["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)

@@ -67,6 +67,10 @@ BROKEN = {
                                     "/tulip/colocatedIvy/service/type"),
     "co-located Ivy bad cpu quantity": ({"tulip": {"colocatedIvy": {"resources": {"requests": {"cpu": "two"}}}}},
                                         "/tulip/colocatedIvy/resources/requests/cpu"),
+    "adapter path not absolute": ({"tulip": {"lora": [{"name": "legal", "path": "adapters/legal"}]}},
+                                  "/tulip/lora/0/path"),
+    "adapter without a name": ({"tulip": {"lora": [{"path": "/adapters/legal"}]}}, "/tulip/lora/0"),
+    "negative maxAdapters": ({"tulip": {"maxAdapters": -1}}, "/tulip/maxAdapters"),
     "co-located Ivy env not a list": ({"tulip": {"colocatedIvy": {"extraEnv": {"IVY_IO_THREADS": "1"}}}},
                                       "/tulip/colocatedIvy/extraEnv"),
 }

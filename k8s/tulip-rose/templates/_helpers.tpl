@@ -39,6 +39,8 @@
 {{- $values := deepCopy $root.Values }}
 {{- $_ := set $values "model" (mergeOverwrite (deepCopy $root.Values.model) (deepCopy (.pool.model | default dict))) }}
 {{- $_ := set $values "tulip" (mergeOverwrite (deepCopy $root.Values.tulip) (deepCopy (.pool.tulip | default dict))) }}
+{{- /* Adapters are of one model: a pool has its own tulip.lora or none, never the first pool's. */}}
+{{- $_ := set $values.tulip "lora" (dig "lora" (list) (.pool.tulip | default dict)) }}
 {{- $_ := set .out "ctx" (dict "Values" $values "Release" $root.Release "Chart" $root.Chart "Capabilities" $root.Capabilities "Template" $root.Template "Files" $root.Files "poolSuffix" (printf "-%s" .pool.name)) }}
 {{- end }}
 
