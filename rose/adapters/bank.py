@@ -29,7 +29,7 @@ from torch import nn
 
 from ..errors import AdapterError, InvalidBatchError
 from ..interface import Batch, OutputKind
-from .linear import ACTIVE, AdapterStep, Delta, Key, LoraLinear, Rows
+from .linear import ACTIVE, AdapterStep, Delta, Key, LoraLinear
 from .peft import read_peft
 from .placement import layer_name, place, targets
 
@@ -133,35 +133,42 @@ class Bank:
 
     def step(self, batch: Batch) -> AdapterStep | None:
         """The adapters of ``batch`` (``Batch.adapters``: a name or None per
-        sequence), their rows found once; None when no sequence takes one.
+        sequence) and their rows, found once; None when no sequence takes
+        one. Where an adapter's sequences are not side by side, the step
+        runs them in the order of each choice's first sequence (stable).
         ``InvalidBatchError`` for a name no resident adapter has."""
         choice = batch.adapters
         if choice is None:
             return None
         if len(choice) != batch.num_sequences:
             raise InvalidBatchError(f"{len(choice)} adapter choices for {batch.num_sequences} sequences")
-        names = [n for n in dict.fromkeys(choice) if n is not None]
-        if not names:
+        names = list(dict.fromkeys(choice))  # None (the base model) among them
+        if names == [None]:
             return None
-        cu = batch.numpy_field("cu")
-        groups: list[tuple[Rows, dict[Key, Delta]]] = []
-        adapted = 0.0
-        for name in names:
-            adapter = self._resident.get(name)
-            if adapter is None:
-                raise InvalidBatchError(f"adapter {name!r} is not loaded")
-            seqs = [i for i, n in enumerate(choice) if n == name]
-            rows: Rows
-            if seqs[-1] - seqs[0] + 1 == len(seqs):  # one run of sequences: a range of tokens
-                start, stop = int(cu[seqs[0]]), int(cu[seqs[-1] + 1])
-                rows, tokens = slice(start, stop), stop - start
-            else:
-                idx = np.concatenate([np.arange(cu[i], cu[i + 1]) for i in seqs])
-                rows = torch.from_numpy(idx.astype(np.int64)).to(self.device)
-                tokens = len(idx)
-            groups.append((rows, adapter.deltas))
-            adapted += tokens * adapter.share
-        return AdapterStep(tuple(groups), adapted)
+        adapters: dict[int, _Adapter] = {}  # by the choice's index in names
+        for i, name in enumerate(names):
+            if name is not None:
+                adapter = self._resident.get(name)
+                if adapter is None:
+                    raise InvalidBatchError(f"adapter {name!r} is not loaded")
+                adapters[i] = adapter
+        group = np.array([names.index(n) for n in choice])
+        lengths = np.asarray(batch.lengths)
+        order = None
+        if np.count_nonzero(np.diff(group)) + 1 > len(names):  # a choice's sequences in several runs
+            order = np.argsort(group, kind="stable")
+            group, lengths = group[order], lengths[order]
+        cu = np.concatenate(([0], np.cumsum(lengths)))
+        first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])  # one run per choice now
+        count = np.bincount(group, minlength=len(names))
+        groups, adapted = [], 0.0
+        for start in first:
+            adapter = adapters.get(int(group[start]))
+            if adapter is not None:
+                rows = slice(int(cu[start]), int(cu[start + count[group[start]]]))
+                groups.append((rows, adapter.deltas))
+                adapted += (rows.stop - rows.start) * adapter.share
+        return AdapterStep(tuple(groups), order, adapted)
 
     @contextmanager
     def applied(self, step: AdapterStep):
