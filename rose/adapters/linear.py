@@ -43,12 +43,14 @@ class Delta:
 @dataclass(frozen=True)
 class AdapterStep:
     """The adapters of one step: per adapter, its rows and its deltas by
-    projection; ``order``: the sequences in the order the step runs them
-    (None: as the batch has them), so that each adapter's rows are one
-    range; ``adapted`` is the tokens that took an adapter, weighted by its
-    share of the layers' linear work (the simulated device's cost)."""
+    projection, and its name; ``order``: the sequences in the order the
+    step runs them (None: as the batch has them), so that each adapter's
+    rows are one range; ``adapted`` is the tokens that took an adapter,
+    weighted by its share of the layers' linear work (the simulated
+    device's cost)."""
 
     groups: tuple[tuple[slice, dict[Key, Delta]], ...]
+    names: tuple[str, ...]
     order: np.ndarray | None
     adapted: float
 

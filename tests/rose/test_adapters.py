@@ -276,3 +276,26 @@ def test_simulated_device_charges_adapter_work(bert_two):
         assert lazy.info.mode == ("eager" if choice is None else "lora")
         lazy.release()
     assert busy[1] - busy[0] == pytest.approx(e.settings.cost.a * 9 * share * 1e9, abs=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_adapter_steps_beside_captured_graphs(bert_two, texts):
+    """On CUDA (bfloat16): a step with adapters runs eagerly while base
+    steps replay their captured graph, with the wrappers in place; its rows
+    track the CPU's float32 ones, scattered choices included."""
+    model_dir, first, second = bert_two
+    seqs = st_inputs(merged_st(model_dir), texts[:5])
+    choice = ["a", None, "b", "a", None]
+    cpu = engine(model_dir)
+    e = Engine.from_dir(model_dir, device="cuda", dtype="bfloat16")
+    for eng in (cpu, e):
+        eng.load_adapter("a", first)
+        eng.load_adapter("b", second)
+    want = cpu.embed(seqs, adapters=choice)
+    for _ in range(3):  # warm-up, capture, replay
+        base = e.embed(seqs)
+    assert_close_vectors(e.embed(seqs, adapters=choice).float(), want, min_cosine=0.99)
+    assert torch.equal(e.embed(seqs), base)
+    steps = e.runner.stats.steps
+    assert (steps["lora"], steps["capture"], steps["replay"]) == (1, 1, 2)
