@@ -30,6 +30,7 @@ COMMANDS = {
     "ray": "ray",
     "cpu-steps": "cpu_steps",
     "late-chunking": "late_chunking",
+    "lora": "lora",
 }
 
 

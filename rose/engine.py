@@ -153,19 +153,21 @@ class Engine:
         """Loads the LoRA adapter in directory ``path`` (PEFT's format:
         ``adapter_config.json``, ``adapter_model.safetensors``) under
         ``name``, for batches to choose per sequence (``Batch.adapters``).
-        Steps may run meanwhile (from another thread too): the adapter is
-        usable once this returns. ``AdapterError`` says why one is refused
-        (not LoRA, an option ROSE does not apply, another base model, a
-        rank or a count over the engine's bounds, a name in use) and
-        leaves the engine as it was."""
+        Steps may run meanwhile, from another thread too (wrapping its
+        projections waits for a step with adapters in progress); the
+        adapter is usable once this returns. ``AdapterError`` says why one
+        is refused (not LoRA, an option ROSE does not apply, another base
+        model, a rank or a count over the engine's bounds, a name in use)
+        and leaves the engine as it was."""
         self._bank().load(name, path)
         log.info("adapter %s loaded from %s", name, path)
 
     def unload_adapter(self, name: str) -> None:
         """Forgets adapter ``name`` (``AdapterError`` if none is loaded by
-        that name); a step already running with it finishes with it, later
-        batches naming it are refused. With no adapter left, the model is
-        the one loaded at start-up, module for module."""
+        that name). A step running with it on another thread finishes with
+        it first (this waits for its forward pass); a step naming it after
+        this returns is an ``InvalidBatchError``. With no adapter left, the
+        model is the one loaded at start-up, module for module."""
         self._bank().unload(name)
         log.info("adapter %s unloaded", name)
 

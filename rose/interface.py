@@ -6,12 +6,25 @@ are on the host when ``LazyTensor.event_handle`` has completed (0 = ready).
 ``step`` raises ``InvalidBatchError`` for a batch the caller got wrong; any
 other exception is the engine's own failure.
 
-LoRA adapters: a host loads them by name (``Engine.load_adapter(name,
-path)``, ``unload_adapter(name)``, listed by ``Engine.adapters()``) and a
-batch names one per sequence (``Batch.adapters``), so sequences of
-several adapters and of the base model share a step. A step with any
-adapter runs eagerly (step mode ``lora``); a step with none runs exactly
-as it would with no adapter loaded.
+LoRA adapters, one pool of a base model serving many fine-tunes:
+
+- ``Engine.load_adapter(name, path)``: a directory in PEFT's format
+  (``adapter_config.json``, ``adapter_model.safetensors``); ``name`` is
+  1 to 128 of letters, digits and ``._:/@+-``. ``AdapterError`` (a
+  ``RoseError``) says why one is refused, the engine unchanged.
+  ``Engine.unload_adapter(name)``; ``Engine.adapters()``: the loaded ones
+  (``AdapterInfo``: name, path, rank, alpha, targets, parameters...).
+- Bounds, fixed at start-up (``Engine.from_dir(max_adapters=8,
+  max_adapter_rank=64)``) and in ``ModelInfo.max_adapters`` and
+  ``.max_adapter_rank`` (both 0: this engine takes none).
+- A batch names one per sequence (``Batch.adapters``: a loaded adapter's
+  name, or None for the base model; ``step_arena(..., adapters)`` on the
+  host's path), so sequences of several adapters and of the base model
+  share a step. A name not loaded is an ``InvalidBatchError``.
+- A step with any adapter runs eagerly (step mode ``lora``, declared in
+  ``ModelInfo.step_modes``): never on the CPU's fast paths or a CUDA
+  graph; a step with none runs exactly as it would with no adapter
+  loaded, on whatever runtime it would.
 """
 
 from __future__ import annotations

@@ -63,3 +63,58 @@ def edit_config(adapter_dir, **fields) -> None:
     cfg = json.loads(path.read_text())
     cfg.update(fields)
     path.write_text(json.dumps(cfg, indent=2))
+
+
+def halves(count: int = 16) -> list[tuple[str, str]]:
+    """(first half, second half) of the corpus's first ``count`` English
+    passages (MIRACL lines 61-80), cut at the middle word: what the shipped
+    MiniLM adapter was trained to pair."""
+    from bench.harness.fixtures import corpus_lines
+
+    out = []
+    for line in corpus_lines("calibration_miracl.txt")[60:60 + count]:
+        words = line.split()[:120]
+        out.append((" ".join(words[:len(words) // 2]), " ".join(words[len(words) // 2:])))
+    return out
+
+
+def train_minilm_adapter(model_dir, out, steps: int = 30, seed: int = 0) -> Path:
+    """A real LoRA adapter (rank 4 on query and value, PEFT's default for
+    BERT) trained on ``model_dir`` (all-MiniLM-L6-v2) to match each of
+    ``halves()``'s passages' first half to its second among all of them
+    (in-batch contrastive loss, temperature 0.05, AdamW 2e-3, ``steps`` full
+    batches, seeded, CPU): ``tests/data/adapters/minilm-halves``."""
+    import torch.nn.functional as F
+    from peft import LoraConfig, get_peft_model
+    from sentence_transformers import SentenceTransformer
+
+    torch.manual_seed(seed)
+    st = SentenceTransformer(str(model_dir), device="cpu")
+    peft = get_peft_model(st[0].auto_model, LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]))
+    st[0].auto_model = peft
+    pairs = halves()
+    a = st.tokenize([p for p, _ in pairs])
+    b = st.tokenize([q for _, q in pairs])
+    opt = torch.optim.AdamW([p for p in peft.parameters() if p.requires_grad], lr=2e-3)
+    st.train()
+    for _ in range(steps):
+        x, y = st(dict(a))["sentence_embedding"], st(dict(b))["sentence_embedding"]
+        logits = F.normalize(x, dim=-1) @ F.normalize(y, dim=-1).T / 0.05
+        loss = F.cross_entropy(logits, torch.arange(len(pairs)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    out = Path(out)
+    peft.save_pretrained(str(out))
+    (out / "README.md").unlink(missing_ok=True)  # PEFT's model card template: tests/data/README.md says what it is
+    edit_config(out, base_model_name_or_path="sentence-transformers/all-MiniLM-L6-v2")
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    from tulip.launcher import default_model_dir
+
+    # python -m bench.harness.lora_adapters OUT_DIR: rebuilds tests/data/adapters/minilm-halves.
+    print(train_minilm_adapter(default_model_dir(), sys.argv[1]))

@@ -1,11 +1,13 @@
 """The adapters resident in one engine, and each step's choice of them.
 
 Loading reads and places an adapter completely before it becomes
-visible, and unloading only forgets it, so a step never sees half an
-adapter; a step holds its adapters' deltas until it ends, even if they
-are unloaded meanwhile. The projections any resident adapter targets are
-wrapped (``LoraLinear``); once none does, the model's own modules are
-back in place, so a model with no adapters is the model as loaded.
+visible, and a step holds its adapters' deltas until it ends, so a step
+never sees half an adapter. The projections any resident adapter targets
+are wrapped (``LoraLinear``); once none does, the model's own modules are
+back in place, so a model with no adapters is the model as loaded. The
+wrapping and unwrapping wait for a step with adapters in progress on
+another thread (its forward pass: on CUDA, until its kernels are
+queued); a base step passes through a wrapper either way.
 
 Bounds: ``max_adapters`` resident at once (a load beyond is refused, not
 evicted: the host decides what to unload) and ``max_rank`` per module.
@@ -29,7 +31,7 @@ from torch import nn
 
 from ..errors import AdapterError, InvalidBatchError
 from ..interface import Batch, OutputKind
-from .linear import ACTIVE, AdapterStep, Delta, Key, LoraLinear, Rows
+from .linear import ACTIVE, AdapterStep, Delta, Key, LoraLinear
 from .peft import read_peft
 from .placement import layer_name, place, targets
 
@@ -85,7 +87,9 @@ class Bank:
         self.max_rank = max_rank
         self._resident: dict[str, _Adapter] = {}
         self._wrapped: dict[Key, int] = {}  # projection -> resident adapters that target it
-        self._lock = threading.Lock()  # loads and unloads (a host's admin thread), not steps
+        # Loads and unloads (a host's admin thread) against each other and
+        # against the forward of a step with adapters; base steps take none.
+        self._lock = threading.Lock()
         self._linear_work = sum(_work(getattr(layer, attr)) for layer in layers
                                 for attr in {a for a, _ in targets(layer).values()})
 
@@ -109,8 +113,9 @@ class Bank:
             if len(self._resident) >= self.max_adapters:
                 raise AdapterError(f"{len(self._resident)} adapters are loaded, this engine's bound "
                                    f"(max_adapters={self.max_adapters}); unload one first")
-            info = AdapterInfo(name, str(path), max(lora.modules[m].rank for m in modules), lora.alpha, lora.rslora, tuple(names),
-                               len({k[0] for k in deltas}), params, time.perf_counter() - started)
+            rank = max(lora.modules[m].rank for m in modules)
+            info = AdapterInfo(name, str(path), rank, lora.alpha, lora.rslora, tuple(names), len({k[0] for k in deltas}),
+                               params, time.perf_counter() - started)
             for key in deltas:
                 self._wrap(key)
             self._resident[name] = _Adapter(info, deltas, work / max(self._linear_work, 1))
@@ -133,44 +138,58 @@ class Bank:
 
     def step(self, batch: Batch) -> AdapterStep | None:
         """The adapters of ``batch`` (``Batch.adapters``: a name or None per
-        sequence), their rows found once; None when no sequence takes one.
+        sequence) and their rows, found once; None when no sequence takes
+        one. Where an adapter's sequences are not side by side, the step
+        runs them in the order of each choice's first sequence (stable).
         ``InvalidBatchError`` for a name no resident adapter has."""
         choice = batch.adapters
         if choice is None:
             return None
         if len(choice) != batch.num_sequences:
             raise InvalidBatchError(f"{len(choice)} adapter choices for {batch.num_sequences} sequences")
-        names = [n for n in dict.fromkeys(choice) if n is not None]
-        if not names:
+        names = list(dict.fromkeys(choice))  # None (the base model) among them
+        if names == [None]:
             return None
-        cu = batch.numpy_field("cu")
-        groups: list[tuple[Rows, dict[Key, Delta]]] = []
-        adapted = 0.0
-        for name in names:
-            adapter = self._resident.get(name)
-            if adapter is None:
-                raise InvalidBatchError(f"adapter {name!r} is not loaded")
-            seqs = [i for i, n in enumerate(choice) if n == name]
-            rows: Rows
-            if seqs[-1] - seqs[0] + 1 == len(seqs):  # one run of sequences: a range of tokens
-                start, stop = int(cu[seqs[0]]), int(cu[seqs[-1] + 1])
-                rows, tokens = slice(start, stop), stop - start
-            else:
-                idx = np.concatenate([np.arange(cu[i], cu[i + 1]) for i in seqs])
-                rows = torch.from_numpy(idx.astype(np.int64)).to(self.device)
-                tokens = len(idx)
-            groups.append((rows, adapter.deltas))
-            adapted += tokens * adapter.share
-        return AdapterStep(tuple(groups), adapted)
+        adapters: dict[int, _Adapter] = {}  # by the choice's index in names
+        for i, name in enumerate(names):
+            if name is not None:
+                adapter = self._resident.get(name)
+                if adapter is None:
+                    raise InvalidBatchError(f"adapter {name!r} is not loaded")
+                adapters[i] = adapter
+        group = np.array([names.index(n) for n in choice])
+        lengths = np.asarray(batch.lengths)
+        order = None
+        if np.count_nonzero(np.diff(group)) + 1 > len(names):  # a choice's sequences in several runs
+            order = np.argsort(group, kind="stable")
+            group, lengths = group[order], lengths[order]
+        cu = np.concatenate(([0], np.cumsum(lengths)))
+        first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])  # one run per choice now
+        count = np.bincount(group, minlength=len(names))
+        groups, chosen, adapted = [], [], 0.0
+        for start in first:
+            adapter = adapters.get(int(group[start]))
+            if adapter is not None:
+                rows = slice(int(cu[start]), int(cu[start + count[group[start]]]))
+                groups.append((rows, adapter.deltas))
+                chosen.append(adapter.info.name)
+                adapted += (rows.stop - rows.start) * adapter.share
+        return AdapterStep(tuple(groups), tuple(chosen), order, adapted)
 
     @contextmanager
     def applied(self, step: AdapterStep):
-        """The calling thread's projections add ``step``'s deltas inside."""
-        ACTIVE.step = step
-        try:
-            yield
-        finally:
-            ACTIVE.step = None
+        """The calling thread's projections add ``step``'s deltas inside
+        (no adapter wrapped or unwrapped meanwhile)."""
+        with self._lock:
+            for name, (_, deltas) in zip(step.names, step.groups):
+                adapter = self._resident.get(name)
+                if adapter is None or adapter.deltas is not deltas:  # unloaded since the step was planned
+                    raise InvalidBatchError(f"adapter {name!r} is not loaded")
+            ACTIVE.step = step
+            try:
+                yield
+            finally:
+                ACTIVE.step = None
 
     def _wrap(self, key: Key) -> None:
         n = self._wrapped.get(key, 0)

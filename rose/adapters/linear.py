@@ -5,8 +5,10 @@ the base projection runs on every token as before, then, for each adapter
 in the step, ``y[rows_k] += (x[rows_k] @ A_k^T) @ B_k^T`` (the scale
 folded into B): two small matmuls per adapter and projection, on the rows
 of the sequences that chose it (``AdapterStep``, computed once per step).
-A step with no adapter (``ACTIVE.step`` None) runs only the base
-projection.
+Those rows are one range of the token axis (the step's sequences are put
+in adapter order first where they were not, ``rose/step/lora.py``), so
+they are views: no gather, no scatter. A step with no adapter
+(``ACTIVE.step`` None) runs only the base projection.
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 # A projection: (layer index, the layer's attribute holding its linear).
 Key = tuple[int, str]
-# A step's rows of one adapter: a range of the token axis, or their indices.
-Rows = slice | torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,22 @@ class Delta:
     lo: int
     hi: int
 
-    def apply(self, x: torch.Tensor, y: torch.Tensor, rows: Rows) -> None:
-        u = x[rows] @ self.a_t
-        if isinstance(rows, slice):
-            y[rows, self.lo:self.hi].addmm_(u, self.b_t)
-        else:
-            y[:, self.lo:self.hi].index_add_(0, rows, u @ self.b_t)
+    def apply(self, x: torch.Tensor, y: torch.Tensor, rows: slice) -> None:
+        y[rows, self.lo:self.hi].addmm_(x[rows] @ self.a_t, self.b_t)
 
 
 @dataclass(frozen=True)
 class AdapterStep:
     """The adapters of one step: per adapter, its rows and its deltas by
-    projection; ``adapted`` is the tokens that took an adapter, weighted
-    by its share of the layers' linear work (the simulated device's cost)."""
+    projection, and its name; ``order``: the sequences in the order the
+    step runs them (None: as the batch has them), so that each adapter's
+    rows are one range; ``adapted`` is the tokens that took an adapter,
+    weighted by its share of the layers' linear work (the simulated
+    device's cost)."""
 
-    groups: tuple[tuple[Rows, dict[Key, Delta]], ...]
+    groups: tuple[tuple[slice, dict[Key, Delta]], ...]
+    names: tuple[str, ...]
+    order: np.ndarray | None
     adapted: float
 
 

@@ -87,6 +87,16 @@ def step_inputs(arena: torch.Tensor, layout: Layout, backend: AttentionBackend, 
     )
 
 
+def rows_per_sequence(kind: OutputKind, lengths: np.ndarray) -> np.ndarray:
+    """How many output rows each sequence of these lengths gets (the row
+    layout of each kind is described in ``interface.OutputKind``)."""
+    if kind in (OutputKind.SPARSE, OutputKind.TOKEN_STATES):
+        return lengths
+    if kind is OutputKind.MULTI_VECTOR:
+        return lengths - 1
+    return np.ones_like(lengths)
+
+
 def rows_for(kind: OutputKind, layout: Layout) -> int:
     """How many leading output rows belong to real sequences (the row
     layout of each kind is described in ``interface.OutputKind``)."""

@@ -142,3 +142,12 @@ def test_batches_naming_no_loaded_adapter(adapter, bert_dir):
     lazy = e.step_arena(bytearray(arena), 2, 7, "dense", [None, None])[0]  # all base: a base step
     assert lazy.info.mode == "eager"
     lazy.release()
+    # Unloaded (or replaced) between the step's plan and its forward pass.
+    e.load_adapter("a", adapter)
+    bank = e._adapters
+    step = bank.step(Batch.from_lists(seqs, adapters=["a", None]))
+    e.unload_adapter("a")
+    e.load_adapter("a", adapter)
+    with pytest.raises(InvalidBatchError, match="adapter 'a' is not loaded"):
+        with bank.applied(step):
+            pass

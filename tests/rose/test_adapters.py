@@ -26,6 +26,8 @@ from bench.harness.tiny_models import (  # noqa: E402
 from rose import Batch, Engine  # noqa: E402
 from tests.support.reference import assert_close_vectors, st_inputs  # noqa: E402
 
+from .conftest import tokenize  # noqa: E402
+
 # Family → (its tiny model, the adapter's LoraConfig): between them, PEFT's
 # defaults (query/value, q_proj/v_proj), every projection of each family,
 # fused parts adapted alone and together, rsLoRA and per-module ranks and
@@ -125,16 +127,19 @@ def bert_two(models_root, family_dirs):
     return model_dir, first, second
 
 
-def test_mixed_step_equals_each_alone(bert_two, texts):
-    """Two adapters and the base model in one step, each adapter's
-    sequences both in one run (a range of rows) and scattered (indices):
-    every row is what its sequence gets alone."""
+def test_mixed_step_equals_each_alone(bert_two, models_root, texts):
+    """Adapters and the base model in one step, each adapter's sequences
+    both in one run (a range of rows) and scattered (indices), one adapter
+    on a part of a fused projection alone (the key of qkv): every row is
+    what its sequence gets alone."""
     model_dir, first, second = bert_two
+    third = random_adapter(model_dir, models_root / "lora-bert-key", ["key"], r=2, seed=9)
     seqs = st_inputs(merged_st(model_dir), texts[:9])
     e = engine(model_dir)
     e.load_adapter("a", first)
     e.load_adapter("b", second)
-    choices = [["a", "a", "b", None, "b", "a", None, "a", "b"], ["a", "a", "a", "b", "b", None, None, None, "a"]]
+    e.load_adapter("c", third)
+    choices = [["a", "c", "b", None, "b", "a", None, "c", "b"], ["a", "a", "a", "b", "b", None, None, None, "a"]]
     for choice in choices:
         got = e.embed(seqs, adapters=choice)
         for i, (s, name) in enumerate(zip(seqs, choice)):
@@ -142,6 +147,27 @@ def test_mixed_step_equals_each_alone(bert_two, texts):
             assert torch.allclose(got[i], alone, atol=2e-6), (choice, i)
     # Base sequences alone run as base steps.
     assert e.runner.stats.steps["lora"] == 2 + sum(n is not None for c in choices for n in c)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse", "multi_vector", "token_states"])
+def test_reordered_step_rows_in_batch_order(kind, xlmr_dir, models_root, texts):
+    """A step whose adapters' sequences are scattered runs them in adapter
+    order and puts every kind's rows (one per sequence, one per token, one
+    per token after the first) back in the batch's order."""
+    adapter = models_root / "lora-m3-adapter"
+    if not adapter.is_dir():
+        random_adapter(xlmr_dir, adapter, None, seed=11)
+    seqs = tokenize(xlmr_dir, texts[:7])
+    choice = ["a", None, "a", "b", None, "a", "b"]
+    e = engine(xlmr_dir)
+    e.load_adapter("a", adapter)
+    e.load_adapter("b", adapter)  # the same matrices under a second name
+    got = e.embed(seqs, kind, adapters=choice)
+    lazy = e.step(Batch.from_lists(seqs, kind, adapters=choice))
+    assert lazy.info.mode == "lora"
+    lazy.release()
+    alone = torch.cat([e.embed([s], kind, adapters=[n]) for s, n in zip(seqs, choice)])
+    assert got.shape == alone.shape and torch.allclose(got, alone, atol=2e-5)
 
 
 def test_base_unchanged_by_load_and_unload(bert_two, texts):
@@ -250,3 +276,26 @@ def test_simulated_device_charges_adapter_work(bert_two):
         assert lazy.info.mode == ("eager" if choice is None else "lora")
         lazy.release()
     assert busy[1] - busy[0] == pytest.approx(e.settings.cost.a * 9 * share * 1e9, abs=2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_adapter_steps_beside_captured_graphs(bert_two, texts):
+    """On CUDA (bfloat16): a step with adapters runs eagerly while base
+    steps replay their captured graph, with the wrappers in place; its rows
+    track the CPU's float32 ones, scattered choices included."""
+    model_dir, first, second = bert_two
+    seqs = st_inputs(merged_st(model_dir), texts[:5])
+    choice = ["a", None, "b", "a", None]
+    cpu = engine(model_dir)
+    e = Engine.from_dir(model_dir, device="cuda", dtype="bfloat16")
+    for eng in (cpu, e):
+        eng.load_adapter("a", first)
+        eng.load_adapter("b", second)
+    want = cpu.embed(seqs, adapters=choice)
+    for _ in range(3):  # warm-up, capture, replay
+        base = e.embed(seqs)
+    assert_close_vectors(e.embed(seqs, adapters=choice).float(), want, min_cosine=0.99)
+    assert torch.equal(e.embed(seqs), base)
+    steps = e.runner.stats.steps
+    assert (steps["lora"], steps["capture"], steps["replay"]) == (1, 1, 2)
