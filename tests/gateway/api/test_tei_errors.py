@@ -109,6 +109,7 @@ ROUTES = {
     "/metrics": "get", "/openapi.json": "get", "/v1/models": "get", "/v1/rerank": "post",
     "/similarity": "post", "/predict": "post", "/decode": "post",
     "/v2/embed": "post", "/quantization/ranges": "get", "/": "get", "/invocations": "post", "/ping": "get",
+    "/v1/load_lora_adapter": "post", "/v1/unload_lora_adapter": "post",
 }
 
 
