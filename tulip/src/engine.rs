@@ -312,13 +312,11 @@ impl EngineHandle {
             });
         }
         let info = engine.getattr("info")?;
-        let bound = |name: &str| -> PyResult<u32> {
-            match info.getattr(name) {
-                Ok(v) if !v.is_none() => v.extract(),
-                _ => Ok(0),
-            }
-        };
-        Ok((out, bound("max_adapters")?, bound("max_adapter_rank")?))
+        Ok((
+            out,
+            optional_u32(&info, "max_adapters")?,
+            optional_u32(&info, "max_adapter_rank")?,
+        ))
     }
 
     /// Hands a finished output's buffer back to the engine's pool.
@@ -386,14 +384,7 @@ impl EngineHandle {
         if e.is_instance(py, self.invalid_batch.bind(py)) {
             return TulipError::InvalidArgument(e.value(py).to_string());
         }
-        TulipError::Engine(format!(
-            "{}: {}",
-            e.get_type(py)
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default(),
-            e.value(py)
-        ))
+        TulipError::Engine(describe(py, &e))
     }
 }
 

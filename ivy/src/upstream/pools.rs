@@ -254,26 +254,30 @@ impl Pools {
             }
             Some(m) => match self.find(m) {
                 Some(pool) => Ok((pool, m.to_string())),
-                None if self.adapter_pool(m).is_some() => {
-                    let pool = self.adapter_pool(m).ok_or_else(|| self.none_yet(Some(m)))?;
-                    if !crate::request::id::set_adapter(m) {
-                        return Err(ApiError::Internal(format!(
-                            "the adapter `{m}` was asked for outside a request"
-                        )));
-                    }
-                    Ok((pool, m.to_string()))
-                }
-                None if self.some_replica_unknown() => Err(self.none_yet(Some(m))),
-                None => Err(ApiError::ModelNotFound(format!(
-                    "The model `{m}` does not exist here; this gateway serves {}",
-                    self.served_names()
-                        .iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))),
+                None => match self.adapter_pool(m) {
+                    Some(pool) if crate::request::id::set_adapter(m) => Ok((pool, m.to_string())),
+                    Some(_) => Err(ApiError::Internal(format!(
+                        "the adapter `{m}` was asked for outside a request"
+                    ))),
+                    None => self.unknown(m),
+                },
             },
         }
+    }
+
+    /// 503 while a replica may still serve `m`, else 404 listing the names.
+    fn unknown(&self, m: &str) -> Result<(Arc<Pool>, String), ApiError> {
+        if self.some_replica_unknown() {
+            return Err(self.none_yet(Some(m)));
+        }
+        Err(ApiError::ModelNotFound(format!(
+            "The model `{m}` does not exist here; this gateway serves {}",
+            self.served_names()
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
     }
 
     /// Every pool's served names, in pool order, then its adapters'.
