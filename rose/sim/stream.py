@@ -117,9 +117,11 @@ def _spin_until(ns: int) -> None:
 
 
 def read_log(path) -> list[dict]:
-    """The steps a ``--sim-log`` file recorded, in launch order."""
+    """The steps a ``--sim-log`` file recorded, in launch order (lines are
+    written when each launch lands, outside the stream's lock, so two host
+    threads may write them out of order)."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return sorted((json.loads(line) for line in f if line.strip()), key=lambda s: (s["launch"], s["step"]))
 
 
 def busy_fraction(steps: list[dict], since_ns: int | None = None, until_ns: int | None = None) -> float:
