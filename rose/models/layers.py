@@ -15,6 +15,7 @@ _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's
     "relu": F.relu,
     "silu": F.silu,
     "swish": F.silu,
