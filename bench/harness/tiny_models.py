@@ -30,7 +30,7 @@ def _perturb(model: torch.nn.Module, seed: int) -> None:
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for p in model.parameters():
-            if p.dim() == 1:
+            if p.dim() <= 1:  # vectors, and scalars (CLIP's logit scale)
                 p.add_(torch.randn(p.shape, generator=g) * 0.1)
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
@@ -447,3 +447,33 @@ def tiny_nomic_bert(dir, seed: int = 0) -> Path:
     return st_pipeline(out / "st", base, pooling="mean", dense=(), normalize=True, prompts=prompts,
                        max_seq_length=2048)
 
+
+
+def tiny_dual_encoder(dir, seed: int = 0, family: str = "clip", eos_token_id: int = 999) -> Path:
+    """A 2-layer CLIP (``family="clip"``) or SigLIP (``"siglip"``) model
+    (``CLIPModel`` / ``SiglipModel``) with towers of different widths so a
+    mixed-up weight cannot load: text hidden 32 (4 heads), vocabulary 1000,
+    16 positions; vision hidden 48 (4 heads of 12). CLIP: 32-pixel images
+    in 8-pixel patches, projection 24, ``eos_token_id`` as given (2 is the
+    legacy "largest id" pooling). SigLIP: 48-pixel images in 16-pixel
+    patches, the text head projecting to 48. No tokenizer (none is stored
+    for these vocabularies): tests give token ids."""
+    from transformers import CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
+
+    out = _dir(dir)
+    torch.manual_seed(seed)
+    text = dict(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=16)
+    vision = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
+    if family == "clip":
+        cfg = CLIPConfig(text_config={**text, "bos_token_id": 998, "eos_token_id": eos_token_id, "pad_token_id": 1},
+                         vision_config={**vision, "image_size": 32, "patch_size": 8}, projection_dim=24)
+        _save(CLIPModel(cfg), out, seed)
+    elif family == "siglip":
+        cfg = SiglipConfig(text_config={**text, "projection_size": 48, "bos_token_id": None, "eos_token_id": 999,
+                                        "pad_token_id": 1},
+                           vision_config={**vision, "image_size": 48, "patch_size": 16})
+        _save(SiglipModel(cfg), out, seed)
+    else:
+        raise ValueError(f"family {family!r} is not one of clip, siglip")
+    return out
