@@ -31,6 +31,12 @@ pub enum ApiError {
     Empty(String),
     #[error("request body is larger than the limit of {limit} bytes (Ivy's --max-body-bytes)")]
     PayloadTooLarge { limit: usize },
+    /// An uploaded file over its own bound (`--batch-max-file-bytes`).
+    #[error("{0}")]
+    FileTooLarge(String),
+    /// A Batch API file or batch that does not exist for this API key.
+    #[error("{0}")]
+    NotFound(String),
     /// No route at this path.
     #[error("{0}")]
     RouteNotFound(String),
@@ -100,6 +106,8 @@ impl ApiError {
             Self::Validation { .. } => "validation",
             Self::Empty(_) => "empty",
             Self::PayloadTooLarge { .. } => "too_large",
+            Self::FileTooLarge(_) => "file_too_large",
+            Self::NotFound(_) => "not_found",
             Self::RouteNotFound(_) => "route_not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::Unauthorized(_) => "unauthorized",
@@ -126,8 +134,10 @@ impl ApiError {
             | Self::Empty(_)
             | Self::Unsupported(_)
             | Self::UpstreamInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::ModelNotFound(_) | Self::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) | Self::NotFound(_) => {
+                StatusCode::NOT_FOUND
+            }
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -165,8 +175,10 @@ impl ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
             }
             Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
-            Self::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "Validation"),
-            Self::ModelNotFound(_) | Self::RouteNotFound(_) => {
+            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "Validation")
+            }
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) | Self::NotFound(_) => {
                 (StatusCode::NOT_FOUND, "Validation")
             }
             Self::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "Validation"),
@@ -190,11 +202,13 @@ impl ApiError {
             | Self::Validation { .. }
             | Self::Empty(_)
             | Self::UpstreamInvalid(_) => Code::InvalidArgument,
-            Self::PayloadTooLarge { .. } | Self::Overloaded(_) => Code::ResourceExhausted,
+            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) | Self::Overloaded(_) => {
+                Code::ResourceExhausted
+            }
             Self::Unauthorized(_) => Code::Unauthenticated,
             Self::Unavailable(_) => Code::Unavailable,
             Self::Unsupported(_) => Code::FailedPrecondition,
-            Self::ModelNotFound(_) | Self::RouteNotFound(_) => Code::NotFound,
+            Self::ModelNotFound(_) | Self::RouteNotFound(_) | Self::NotFound(_) => Code::NotFound,
             Self::MethodNotAllowed(_) => Code::Unimplemented,
             Self::Timeout(_) | Self::ClientTimeout(_) => Code::DeadlineExceeded,
             Self::Upstream(_) | Self::Internal(_) => Code::Internal,
@@ -243,6 +257,8 @@ mod tests {
             ApiError::validation("input", "m"),
             ApiError::Empty("m".into()),
             ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::FileTooLarge("m".into()),
+            ApiError::NotFound("m".into()),
             ApiError::Unauthorized("m".into()),
             ApiError::Overloaded("m".into()),
             ApiError::Unavailable("m".into()),

@@ -3,6 +3,7 @@
 //! tokenizes, cuts requests into chunks on a token budget and sends each to
 //! the least-loaded healthy replica, retrying elsewhere when one fails.
 
+mod batch;
 mod config;
 mod error;
 mod grpc;

@@ -81,6 +81,7 @@ pub struct Metrics {
     in_flight: Gauge,
     /// Requests held for a replica to start (`upstream::cold_start`).
     pub held: Gauge,
+    batch_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -163,9 +164,16 @@ impl Metrics {
             "Requests held while no replica is ready (--cold-start-hold)",
             held.clone(),
         );
+        let batch_pending = Gauge::default();
+        registry.register(
+            "ivy_batch_pending_requests",
+            "Batch API requests accepted and not yet run, over every batch in the store (the same on every Ivy that shares it)",
+            batch_pending.clone(),
+        );
         Self {
             registry,
             held,
+            batch_pending,
             requests,
             stages,
             classes,
@@ -177,6 +185,11 @@ impl Metrics {
             config_reloads,
             in_flight,
         }
+    }
+
+    /// The Batch API's backlog, as the store counts it now.
+    pub fn batch_pending(&self, n: i64) {
+        self.batch_pending.set(n);
     }
 
     /// One answered request. `status` is the HTTP status or gRPC code name;

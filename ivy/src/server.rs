@@ -48,7 +48,8 @@ pub async fn run(config: Config) -> Result<(), String> {
         http = %format!("{}:{}", config.host, config.port),
         grpc = %format!("{}:{}", config.host, config.grpc_port),
         replicas = ?config.tulip, dns = ?config.tulip_dns, default_model = ?config.default_model, balance = ?config.balance,
-        chunk_tokens = config.chunk_tokens, api_key = config.api_key.is_some(),
+        chunk_tokens = config.chunk_tokens, api_keys = config.api_key.len() + usize::from(config.api_key_file.is_some()),
+        batch_dir = ?config.batch.batch_dir,
         tls = config.net.tls_cert.is_some(), max_connections = config.net.max_connections, "ivy listening"
     );
     let spinner =
@@ -58,7 +59,8 @@ pub async fn run(config: Config) -> Result<(), String> {
     }
     let state = Arc::new(Gateway {
         admission: Admission::new(config.max_concurrent_requests),
-        api_key: ApiKey::new(config.api_key.clone()),
+        api_key: ApiKey::new(config.api_keys()?),
+        batches: crate::batch::Batches::open(&config.batch, Arc::clone(&metrics))?,
         replicas,
         pools,
         templates,
@@ -134,6 +136,9 @@ async fn serve(
     http_listener: Listener,
     grpc_listener: Listener,
 ) -> Result<(), String> {
+    if let Some(b) = &state.batches {
+        b.start(http::batch_router(Arc::clone(&state)));
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
@@ -158,6 +163,9 @@ async fn serve(
     let in_flight = state.admission.in_flight();
     tracing::info!(in_flight, timeout = ?state.config.drain_timeout, "draining: refusing new work, finishing in-flight requests");
     state.admission.start_draining();
+    if let Some(b) = &state.batches {
+        b.stop();
+    }
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(state.config.drain_timeout, async {
         let _ = http.await;

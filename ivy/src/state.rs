@@ -28,6 +28,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     pub api_key: ApiKey,
     pub spinner: Arc<crate::upstream::spin::Spinner>,
+    /// The Batch API's store (`--batch-dir`), if on.
+    pub batches: Option<Arc<crate::batch::Batches>>,
     /// Start time (Unix seconds): the `created` of `GET /v1/models`.
     pub started_unix: u64,
 }

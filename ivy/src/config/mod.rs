@@ -1,5 +1,6 @@
 //! Ivy's configuration: every flag is also an environment variable.
 
+pub mod batch;
 pub mod net;
 mod seconds;
 
@@ -60,9 +61,21 @@ pub struct Config {
     pub config: Option<PathBuf>,
 
     /// Require `Authorization: Bearer <key>` on every route except /health,
-    /// /ready and /metrics (and on gRPC calls except health checks).
-    #[arg(long, env = "IVY_API_KEY", hide_env_values = true)]
-    pub api_key: Option<Secret>,
+    /// /ready and /metrics (and on gRPC calls except health checks). Several
+    /// keys, comma-separated, are several users: each owns the Batch API
+    /// files and batches it creates.
+    #[arg(
+        long,
+        env = "IVY_API_KEY",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub api_key: Vec<Secret>,
+
+    /// A file of API keys, one per line (blank lines and `#` comments
+    /// skipped), accepted beside --api-key.
+    #[arg(long, env = "IVY_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
 
     /// Address to listen on (HTTP and gRPC).
     #[arg(long, env = "IVY_HOST", default_value = "0.0.0.0")]
@@ -185,6 +198,10 @@ pub struct Config {
     /// Connection timeouts and limits, TLS (see `config/net.rs`).
     #[command(flatten)]
     pub net: crate::config::net::NetConfig,
+
+    /// The Batch API's store and limits (see `config/batch.rs`).
+    #[command(flatten)]
+    pub batch: crate::config::batch::BatchConfig,
 
     /// Seconds between health checks of each replica.
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]
@@ -320,6 +337,26 @@ impl fmt::Debug for Secret {
     }
 }
 
+impl Config {
+    /// Every API key: --api-key's and the lines of --api-key-file.
+    pub fn api_keys(&self) -> Result<Vec<Secret>, String> {
+        let mut keys = self.api_key.clone();
+        if let Some(path) = &self.api_key_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--api-key-file {}: {e}", path.display()))?;
+            for line in text.lines().map(str::trim) {
+                if !line.is_empty() && !line.starts_with('#') {
+                    keys.push(Secret(line.to_string()));
+                }
+            }
+            if keys.is_empty() {
+                return Err(format!("--api-key-file {} holds no key", path.display()));
+            }
+        }
+        Ok(keys)
+    }
+}
+
 impl FromStr for Secret {
     type Err = String;
 
@@ -421,7 +458,9 @@ mod tests {
     fn secret_is_redacted() {
         let c = parse(&["--tulip", "http://a:1", "--api-key", "hunter2"]).unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
-        assert_eq!(c.api_key.unwrap().expose(), "hunter2");
+        assert_eq!(c.api_key[0].expose(), "hunter2");
+        let c = parse(&["--tulip", "http://a:1", "--api-key", "a,b"]).unwrap();
+        assert_eq!(c.api_key.len(), 2);
     }
 
     #[test]

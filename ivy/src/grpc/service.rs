@@ -89,7 +89,7 @@ impl IvyService {
             .state
             .api_key
             .check(meta.get("authorization").map(|v| v.as_bytes()));
-        (id, auth)
+        (id, auth.map(drop))
     }
 }
 

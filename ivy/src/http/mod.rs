@@ -1,10 +1,12 @@
 //! The HTTP front: routes, and the layers every request passes (request id,
 //! API key, body limit). Handlers parse into a pipeline job and render.
 
+mod batches;
 mod body;
 mod cohere;
 mod cohere_embed;
 mod fields;
+mod files;
 mod hf;
 mod lora;
 mod openai;
@@ -19,7 +21,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, Uri};
 use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::Router;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::Instrument;
@@ -64,6 +66,44 @@ guarded_routes! {
     "/invocations" => post(hf::post),
 }
 
+/// The Batch API's routes (`batch/`): behind the API key, not held for a
+/// replica (a corpus may be submitted to a pool scaled to zero).
+const BATCH_API: [&str; 5] = [
+    "/v1/files",
+    "/v1/files/{id}",
+    "/v1/files/{id}/content",
+    "/v1/batches",
+    "/v1/batches/{id}",
+];
+
+fn batch_api() -> Router<AppState> {
+    Router::new()
+        .route(
+            BATCH_API[0],
+            post(files::upload)
+                .get(files::list)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route(BATCH_API[1], get(files::get).merge(delete(files::delete)))
+        .route(BATCH_API[2], get(files::content))
+        .route(BATCH_API[3], post(batches::create).get(batches::list))
+        .route(BATCH_API[4], get(batches::get))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
+}
+
+/// The routes a batch's lines run through, in process (`batch/lines.rs`):
+/// the same handlers as over HTTP, with a request id each, without the
+/// API key (the batch's owner was checked when it was created).
+pub fn batch_router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/embeddings", post(openai::embeddings))
+        .route("/v1/rerank", post(openai::rerank))
+        .route("/v2/embed", post(cohere_embed::embed))
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(from_fn(request_id))
+        .with_state(state)
+}
+
 /// Health checks open without a key on the paths TEI serves them at
 /// (`GET /` is the Inference API's, `GET /ping` SageMaker's; `hf.rs`).
 const HEALTH_PATHS: [&str; 2] = ["/", "/ping"];
@@ -74,6 +114,7 @@ pub fn router(state: AppState) -> Router {
     // the request's model pool (none exists while no replica ever answered).
     let guarded = guarded()
         .route_layer(from_fn_with_state(state.clone(), hold_for_replica))
+        .merge(batch_api())
         .route_layer(from_fn_with_state(state.clone(), require_key));
     let public = Router::new()
         .route(PUBLIC_PATHS[0], get(ops::health))
@@ -175,7 +216,6 @@ async fn request_id(request: Request, next: Next) -> Response {
     response
 }
 
-/// The API key on every route but the public ones.
 /// Scale from zero: holds the request while no replica is ready
 /// (`--cold-start-hold`, `upstream/cold_start.rs`); past the hold, the 503
 /// in the route family's shape.
@@ -194,10 +234,12 @@ async fn hold_for_replica(
     }
 }
 
+/// The API key on every route but the public ones; the caller's `Owner`
+/// goes on with the request (the Batch API files what it creates under it).
 async fn require_key(
     State(state): State<AppState>,
     matched: MatchedPath,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let authorization = request
@@ -205,7 +247,10 @@ async fn require_key(
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
     match state.api_key.check(authorization) {
-        Ok(()) => next.run(request).await,
+        Ok(owner) => {
+            request.extensions_mut().insert(owner);
+            next.run(request).await
+        }
         Err(e) => {
             let path = matched.as_str();
             respond::finish(&state, Api::of_path(path), endpoint_label(path), Err(e))

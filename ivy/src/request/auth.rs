@@ -1,5 +1,6 @@
-//! The optional API key, checked in constant time on HTTP and gRPC alike.
-//! The key is never logged and never echoed in an error.
+//! The optional API keys, checked in constant time on HTTP and gRPC alike.
+//! A key is never logged and never echoed in an error; what it owns (the
+//! Batch API's files and batches) is filed under a digest of it, `Owner`.
 
 use subtle::ConstantTimeEq;
 
@@ -9,19 +10,42 @@ use crate::error::ApiError;
 /// HTTP routes open without a key: probes and scrapes.
 pub const PUBLIC_PATHS: [&str; 3] = ["/health", "/ready", "/metrics"];
 
-#[derive(Clone, Debug, Default)]
-pub struct ApiKey(Option<Secret>);
+/// Who a request is, for what it owns: the first 16 bytes of the SHA-256
+/// of its key, in hex (stable across replicas and restarts, and useless for
+/// recovering the key), or `anonymous` when Ivy runs without keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner(pub String);
 
-impl ApiKey {
-    pub fn new(key: Option<Secret>) -> Self {
-        Self(key)
+impl Owner {
+    fn of(key: &[u8]) -> Self {
+        let digest = ring::digest::digest(&ring::digest::SHA256, key);
+        Self(
+            digest.as_ref()[..16]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        )
     }
 
-    /// Checks an `Authorization` header value (`Bearer <key>`).
-    pub fn check(&self, authorization: Option<&[u8]>) -> Result<(), ApiError> {
-        let Some(key) = &self.0 else {
-            return Ok(());
-        };
+    pub fn anonymous() -> Self {
+        Self("anonymous".into())
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ApiKey(Vec<Secret>);
+
+impl ApiKey {
+    pub fn new(keys: Vec<Secret>) -> Self {
+        Self(keys)
+    }
+
+    /// Checks an `Authorization` header value (`Bearer <key>`) against
+    /// every key, and says whose it is.
+    pub fn check(&self, authorization: Option<&[u8]>) -> Result<Owner, ApiError> {
+        if self.0.is_empty() {
+            return Ok(Owner::anonymous());
+        }
         let Some(value) = authorization else {
             return Err(ApiError::Unauthorized(
                 "missing API key: send the header `Authorization: Bearer <key>`".into(),
@@ -30,10 +54,15 @@ impl ApiKey {
         let token = strip_bearer(value).ok_or_else(|| {
             ApiError::Unauthorized("the Authorization header must be `Bearer <key>`".into())
         })?;
-        // `ct_eq` compares every byte whatever the first difference; only
-        // the length can differ in time, and it says nothing about the key.
-        if bool::from(token.ct_eq(key.expose().as_bytes())) {
-            Ok(())
+        // `ct_eq` compares every byte whatever the first difference, and
+        // every key is compared whichever matches; only lengths can differ
+        // in time, and they say nothing about a key.
+        let mut matched = subtle::Choice::from(0);
+        for key in &self.0 {
+            matched |= token.ct_eq(key.expose().as_bytes());
+        }
+        if bool::from(matched) {
+            Ok(Owner::of(token))
         } else {
             Err(ApiError::Unauthorized("invalid API key".into()))
         }
@@ -53,7 +82,7 @@ mod tests {
     use super::*;
 
     fn key(k: &str) -> ApiKey {
-        ApiKey::new(Some(k.parse().unwrap()))
+        ApiKey::new(vec![k.parse().unwrap()])
     }
 
     #[test]
@@ -79,5 +108,17 @@ mod tests {
             assert!(!err.to_string().contains("s3cret"));
         }
         assert!(k.check(None).is_err());
+    }
+
+    #[test]
+    fn each_key_is_its_own_owner() {
+        let k = ApiKey::new(vec!["alpha".parse().unwrap(), "beta".parse().unwrap()]);
+        let a = k.check(Some(b"Bearer alpha")).unwrap();
+        let b = k.check(Some(b"Bearer beta")).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a, k.check(Some(b"Bearer alpha")).unwrap());
+        assert_eq!(a.0.len(), 32);
+        assert!(k.check(Some(b"Bearer gamma")).is_err());
+        assert_eq!(ApiKey::default().check(None).unwrap(), Owner::anonymous());
     }
 }

@@ -1,0 +1,142 @@
+//! The Batch API's bytes in a local directory: uploaded and output files
+//! under `files/`, checkpointed chunks of output under `parts/`. Keys are
+//! built here from checked ids only; a blob is written under a temporary
+//! name, synced, then renamed, so a reader never sees half of one.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::ApiError;
+
+#[derive(Clone)]
+pub struct Blobs {
+    root: PathBuf,
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(format!("batch files: {e}"))
+}
+
+impl Blobs {
+    pub fn open(root: &Path) -> Result<Self, String> {
+        for sub in ["files", "parts", "tmp"] {
+            std::fs::create_dir_all(root.join(sub))
+                .map_err(|e| format!("{}: {e}", root.join(sub).display()))?;
+        }
+        Ok(Self {
+            root: root.to_path_buf(),
+        })
+    }
+
+    /// Where a file's bytes live (`id` checked by the caller).
+    pub fn file_path(&self, id: &str) -> PathBuf {
+        self.root.join("files").join(id)
+    }
+
+    /// The key of a chunk's output (`kind`: `out` or `err`).
+    pub fn part_key(batch: &str, shard: i64, first_line: i64, kind: &str) -> String {
+        format!(
+            "{batch}.{shard}.{first_line}.{}.{kind}",
+            super::ids::new("").as_str()
+        )
+    }
+
+    fn part_path(&self, key: &str) -> PathBuf {
+        self.root.join("parts").join(key)
+    }
+
+    /// A fresh temporary path, renamed into place by `commit_file`.
+    pub fn temp_path(&self) -> PathBuf {
+        self.root.join("tmp").join(super::ids::new("upload-"))
+    }
+
+    /// Moves a finished temporary file into place as file `id`.
+    pub async fn commit_file(&self, temp: &Path, id: &str) -> Result<(), ApiError> {
+        tokio::fs::rename(temp, self.file_path(id))
+            .await
+            .map_err(internal)
+    }
+
+    /// Writes `bytes` as chunk blob `key`, durably.
+    pub async fn put_part(&self, key: String, bytes: Vec<u8>) -> Result<(), ApiError> {
+        let target = self.part_path(&key);
+        let temp = self.temp_path();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&temp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&temp, &target)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+    }
+
+    /// Bytes `[start, end)` of file `id`.
+    pub async fn read_range(&self, id: &str, start: u64, end: u64) -> Result<Vec<u8>, ApiError> {
+        let path = self.file_path(id);
+        tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+            let mut f = std::fs::File::open(path)?;
+            f.seek(SeekFrom::Start(start))?;
+            let mut buf = vec![0; (end - start) as usize];
+            f.read_exact(&mut buf)?;
+            Ok(buf)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+    }
+
+    pub async fn read_file(&self, id: &str) -> Result<Vec<u8>, ApiError> {
+        tokio::fs::read(self.file_path(id)).await.map_err(internal)
+    }
+
+    /// Writes file `id` as the concatenation of chunk blobs `keys` (plus
+    /// `tail`), durably; its size in bytes.
+    pub async fn concat_parts(
+        &self,
+        id: &str,
+        keys: Vec<String>,
+        tail: Vec<u8>,
+    ) -> Result<u64, ApiError> {
+        let parts: Vec<PathBuf> = keys.iter().map(|k| self.part_path(k)).collect();
+        let temp = self.temp_path();
+        let target = self.file_path(id);
+        tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+            let mut out = std::io::BufWriter::new(std::fs::File::create(&temp)?);
+            let mut n = 0;
+            for p in parts {
+                n += std::io::copy(&mut std::fs::File::open(p)?, &mut out)?;
+            }
+            out.write_all(&tail)?;
+            n += tail.len() as u64;
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            std::fs::rename(&temp, &target)?;
+            Ok(n)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(internal)
+    }
+
+    /// Deletes every chunk blob of `batch` (after its end is recorded;
+    /// also those a holder wrote but never recorded).
+    pub async fn delete_parts(&self, batch: &str) {
+        let dir = self.root.join("parts");
+        let prefix = format!("{batch}.");
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    pub async fn delete_file(&self, id: &str) {
+        let _ = tokio::fs::remove_file(self.file_path(id)).await;
+    }
+}

@@ -1,0 +1,46 @@
+//! Ivy's flags for the OpenAI Batch API (`batch/`): where files and batches
+//! are kept, the bounds on what a file may hold, and how work is taken.
+//! Part of `Config` (flattened).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::seconds::parse_seconds;
+
+#[derive(Debug, Clone, Args)]
+pub struct BatchConfig {
+    /// Directory of the Batch API's embedded store: batches in SQLite
+    /// (`batches.sqlite3`) and files under `files/`. Unset, the Batch API's
+    /// routes answer 404 saying so. Several Ivy processes may share it (on
+    /// one machine's disk): each takes work under a lease.
+    #[arg(long, env = "IVY_BATCH_DIR")]
+    pub batch_dir: Option<PathBuf>,
+
+    /// Largest file `POST /v1/files` accepts, in bytes (OpenAI's bound for
+    /// batch input is 200 MB); refused with 413 before it is stored.
+    #[arg(long, env = "IVY_BATCH_MAX_FILE_BYTES", default_value_t = 200 * 1024 * 1024)]
+    pub batch_max_file_bytes: u64,
+
+    /// Most requests (lines) in one batch input file (OpenAI's: 50,000).
+    #[arg(long, env = "IVY_BATCH_MAX_LINES", default_value_t = 50_000)]
+    pub batch_max_lines: u64,
+
+    /// Lines per shard: the unit of work one Ivy leases, so several Ivy
+    /// processes work on one batch.
+    #[arg(long, env = "IVY_BATCH_SHARD_LINES", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch_shard_lines: u64,
+
+    /// Seconds a lease on a shard lasts unless renewed (the holder renews it
+    /// at each checkpoint, every third of it at least); a dead holder's
+    /// shard is taken over this long after its last checkpoint.
+    #[arg(long, env = "IVY_BATCH_LEASE", default_value = "30", value_parser = parse_seconds)]
+    pub batch_lease: Duration,
+
+    /// Batch requests this Ivy keeps in flight at once (they run at
+    /// priority batch, behind interactive queries); 0 takes no batch work
+    /// here (the routes still serve).
+    #[arg(long, env = "IVY_BATCH_CONCURRENCY", default_value_t = 8)]
+    pub batch_concurrency: usize,
+}

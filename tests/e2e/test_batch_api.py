@@ -1,0 +1,219 @@
+"""The OpenAI Batch API end to end, with the official ``openai`` client: a
+file uploaded, a batch created over it, run by real Ivy processes sharing
+one embedded store (SQLite + a directory) over a real Tulip on the embedded
+MiniLM; vectors equal to ``/v1/embeddings`` for the same bodies and to
+sentence-transformers; bad lines failing alone; files and batches owned
+by their API key; cancel; and an Ivy killed mid-batch whose shard another
+Ivy resumes, every ``custom_id`` exactly once in the output."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from tests.support.servers import Ivy
+from tulip_rose_cli.processes import wait_for
+
+pytestmark = pytest.mark.slow
+
+openai = pytest.importorskip("openai")
+
+KEYS = ("alpha-key", "beta-key")
+TEXTS = ["What is an embedding?", "Berlin is the capital of Germany.", "A cat sat on the mat.",
+         "Vector search finds the nearest neighbours of a query.", "short", "Ünïcödé text, ok?"]
+
+
+def line(custom_id: str, body: dict, url: str = "/v1/embeddings") -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + "\n"
+
+
+def corpus(n: int, prefix: str = "r") -> str:
+    return "".join(line(f"{prefix}{i}", {"input": f"{TEXTS[i % len(TEXTS)]} ({i})"}) for i in range(n))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("batch-store")
+
+
+def _ivy(tulip, minilm_dir, log_dir, store, **flags):
+    return Ivy([tulip.url], minilm_dir, log_dir=log_dir, api_key=",".join(KEYS), batch_dir=str(store),
+               batch_shard_lines=25, batch_lease=2, batch_max_file_bytes=1_000_000, **flags)
+
+
+@pytest.fixture(scope="module")
+def ivy(tulip_minilm, minilm_dir, log_dir, store):
+    proc = _ivy(tulip_minilm, minilm_dir, log_dir, store)
+    yield proc
+    proc.stop()
+
+
+def client(ivy, key: str = KEYS[0]):
+    return openai.OpenAI(base_url=ivy.url + "/v1", api_key=key, max_retries=0)
+
+
+def submit(c, text: str, **extra):
+    f = c.files.create(file=("requests.jsonl", text.encode()), purpose="batch")
+    return f, c.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h", **extra)
+
+
+def wait_done(c, batch_id: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        b = c.batches.retrieve(batch_id)
+        if b.status in ("completed", "failed", "expired", "cancelled"):
+            return b
+        time.sleep(0.2)
+    raise AssertionError(f"batch {batch_id} still {b.status} after {timeout} s: {b}")
+
+
+def jsonl(c, file_id: str | None) -> list[dict]:
+    if file_id is None:
+        return []
+    return [json.loads(x) for x in c.files.content(file_id).text.splitlines()]
+
+
+def test_openai_client_end_to_end_equals_embeddings_and_sentence_transformers(ivy, st_minilm):
+    c = client(ivy)
+    bodies = {f"q{i}": {"input": t} for i, t in enumerate(TEXTS)}
+    bodies["many"] = {"input": TEXTS[:3]}
+    bodies["short"] = {"input": TEXTS[0], "dimensions": 64}
+    text = "".join(line(k, v) for k, v in bodies.items())
+    f, b = submit(c, text, metadata={"job": "e2e"})
+    assert (f.purpose, f.bytes, f.filename) == ("batch", len(text.encode()), "requests.jsonl")
+    assert b.status == "validating" and b.metadata == {"job": "e2e"} and b.input_file_id == f.id
+    done = wait_done(c, b.id)
+    assert done.status == "completed", done
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (8, 8, 0)
+    assert done.error_file_id is None and done.completed_at >= done.in_progress_at >= done.created_at
+    out = jsonl(c, done.output_file_id)
+    assert sorted(o["custom_id"] for o in out) == sorted(bodies)
+    direct = openai.OpenAI(base_url=ivy.url + "/v1", api_key=KEYS[0])
+    for o in out:
+        assert o["error"] is None and o["response"]["status_code"] == 200 and o["id"].startswith("batch_req_")
+        assert o["response"]["request_id"]
+        got = [d["embedding"] for d in o["response"]["body"]["data"]]
+        want = direct.embeddings.create(**{"model": o["response"]["body"]["model"], **bodies[o["custom_id"]]})
+        # Equal up to float noise: a batch's lines share steps with others.
+        assert np.allclose(np.asarray(got), np.asarray([d.embedding for d in want.data]), atol=1e-5)
+    ref = st_minilm.encode(TEXTS, normalize_embeddings=True)
+    rows = {o["custom_id"]: np.asarray(o["response"]["body"]["data"][0]["embedding"]) for o in out}
+    for i in range(len(TEXTS)):
+        assert float(rows[f"q{i}"] @ ref[i]) >= 0.999
+    assert c.batches.retrieve(b.id).usage.input_tokens > 0
+    assert any(x.id == b.id for x in c.batches.list(limit=100).data)
+
+
+def test_a_bad_line_fails_alone(ivy):
+    c = client(ivy)
+    text = (line("good", {"input": "fine"}) + "{not json\n" + line("empty", {"input": []})
+            + json.dumps({"custom_id": "nobody", "method": "POST", "url": "/v1/embeddings"}) + "\n"
+            + line("good2", {"input": "also fine"}))
+    _, b = submit(c, text)
+    done = wait_done(c, b.id)
+    assert done.status == "completed"
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (5, 2, 3)
+    assert sorted(o["custom_id"] for o in jsonl(c, done.output_file_id)) == ["good", "good2"]
+    errors = {e["custom_id"]: e for e in jsonl(c, done.error_file_id)}
+    assert errors["empty"]["response"]["status_code"] == 422
+    assert errors["empty"]["response"]["body"]["error"]["message"]
+    assert errors["nobody"]["error"]["code"] == "invalid_body" and errors["nobody"]["response"] is None
+    assert errors[None]["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("text, code", [
+    (line("a", {"input": "x"}) + line("a", {"input": "y"}), "duplicate_custom_id"),
+    (line("a", {"input": "x", "model": "one"}) + line("b", {"input": "y", "model": "two"}), "mismatched_model"),
+    (line("a", {"input": "x"}) + line("b", {"input": "y"}, url="/v1/chat/completions"), "mismatched_endpoint"),
+    ("\n\n", "empty_file"),
+])
+def test_a_file_openai_would_refuse_fails_the_batch(ivy, text, code):
+    c = client(ivy)
+    _, b = submit(c, text)
+    done = wait_done(c, b.id)
+    assert done.status == "failed" and done.failed_at
+    assert done.errors.data[0].code == code and done.errors.data[0].message
+
+
+def test_requests_refused_at_once(ivy):
+    c = client(ivy)
+    with pytest.raises(openai.APIStatusError) as e:
+        c.files.create(file=("big.jsonl", b"x" * 1_000_001), purpose="batch")
+    assert e.value.status_code == 413 and "--batch-max-file-bytes" in str(e.value)
+    with pytest.raises(openai.UnprocessableEntityError):
+        c.files.create(file=("a.jsonl", b"{}"), purpose="fine-tune")
+    f = c.files.create(file=("a.jsonl", line("a", {"input": "x"}).encode()), purpose="batch")
+    with pytest.raises(openai.UnprocessableEntityError, match="endpoint"):
+        c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.UnprocessableEntityError, match="completion_window"):
+        c.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="forever")
+    with pytest.raises(openai.NotFoundError):
+        c.batches.create(input_file_id="file-0123456789abcdef01234567", endpoint="/v1/embeddings",
+                         completion_window="24h")
+    for bad in ("../../etc/passwd", "file-0123456789abcdef01234567", "%2e%2e"):
+        status, _, _ = ivy.request("GET", f"/v1/files/{bad}/content", headers={"Authorization": f"Bearer {KEYS[0]}"})
+        assert status == 404, bad
+
+
+def test_files_and_batches_belong_to_their_key(ivy):
+    a, b = client(ivy, KEYS[0]), client(ivy, KEYS[1])
+    f, batch = submit(a, line("x", {"input": "mine"}))
+    for call in (lambda: b.files.retrieve(f.id), lambda: b.files.content(f.id), lambda: b.files.delete(f.id),
+                 lambda: b.batches.retrieve(batch.id), lambda: b.batches.cancel(batch.id)):
+        with pytest.raises(openai.NotFoundError):
+            call()
+    assert all(x.id != batch.id for x in b.batches.list().data)
+    assert all(x.id != f.id for x in b.files.list().data)
+    with pytest.raises(openai.AuthenticationError):
+        client(ivy, "gamma-key").files.list()
+    done = wait_done(a, batch.id)
+    assert a.files.delete(f.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        a.files.retrieve(f.id)
+    assert jsonl(a, done.output_file_id)[0]["custom_id"] == "x"
+
+
+def test_cancel_keeps_what_finished(ivy):
+    c = client(ivy)
+    _, b = submit(c, corpus(1500, "c"))
+    wait_for(lambda: c.batches.retrieve(b.id).request_counts.completed > 0, "some lines done", timeout=60)
+    assert c.batches.cancel(b.id).status == "cancelling"
+    done = wait_done(c, b.id, timeout=30)
+    assert done.status == "cancelled" and done.cancelled_at and done.cancelling_at
+    out = jsonl(c, done.output_file_id)
+    assert 0 < len(out) == done.request_counts.completed < 1500
+    assert len({o["custom_id"] for o in out}) == len(out)
+    with pytest.raises(openai.UnprocessableEntityError):
+        c.batches.cancel(b.id)
+
+
+def test_an_ivy_killed_mid_batch_loses_and_repeats_nothing(ivy, tulip_minilm, minilm_dir, log_dir, store):
+    """Two Ivy processes share the store; one is killed (SIGKILL) while both
+    run shards: its shards are taken over when their leases lapse and
+    resumed from their last checkpoints."""
+    other = _ivy(tulip_minilm, minilm_dir, log_dir, store)
+    try:
+        c = client(ivy)
+        n = 2000
+        _, b = submit(c, corpus(n, "k"))
+        # Killed while it works: it has run lines of this batch already.
+        wait_for(lambda: c.batches.retrieve(b.id).request_counts.completed >= 100
+                 and other.series("ivy_requests_total", endpoint="embeddings") > 0, "both at work", timeout=60)
+        other.signal(signal.SIGKILL)
+        done = wait_done(c, b.id, timeout=180)
+    finally:
+        other.kill()
+    assert done.status == "completed", done
+    ids = [o["custom_id"] for o in jsonl(c, done.output_file_id)]
+    assert len(ids) == n and set(ids) == {f"k{i}" for i in range(n)}
+    assert done.request_counts.completed == n and done.request_counts.failed == 0
+    assert "resuming a shard another holder left" in ivy.log()
+
+
+def test_off_without_a_store(ivy_minilm):
+    status, body = ivy_minilm.get("/v1/batches")
+    assert status == 404 and b"--batch-dir" in body
