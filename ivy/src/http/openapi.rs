@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 
+mod batch;
 mod schemas;
 use schemas::schemas;
 
@@ -74,6 +75,21 @@ const OPENAI_ERRORS: [(&str, &str); 12] = [
 ];
 
 pub fn document(config: &Config) -> Value {
+    let mut doc = routes(config);
+    doc["paths"]
+        .as_object_mut()
+        .expect("paths is an object")
+        .extend(batch::paths());
+    if let (Some(all), Value::Object(more)) = (
+        doc["components"]["schemas"].as_object_mut(),
+        batch::schemas(),
+    ) {
+        all.extend(more);
+    }
+    doc
+}
+
+fn routes(config: &Config) -> Value {
     let tei = |codes: &[(&str, &str)]| errors("TeiError", codes);
     let tei_embed = || tei(&TEI_EMBED_ERRORS);
     let ok = |name: &str, what: &str| {
