@@ -32,7 +32,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM ${DEBIAN_IMAGE}
 RUN groupadd --system --gid 10001 ivy \
     && useradd --system --uid 10001 --gid ivy --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin ivy
+        --shell /usr/sbin/nologin ivy \
+    && install -d -o 10001 -g 10001 /var/lib/ivy
+# /var/lib/ivy: the Batch API's store when IVY_BATCH_DIR points there (a
+# volume mounted over it takes this owner; docker-compose.yml).
 COPY --from=build /usr/local/bin/ivy /usr/local/bin/ivy
 USER 10001:10001
 EXPOSE 8080 8081

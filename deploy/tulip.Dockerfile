@@ -84,6 +84,9 @@ RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
 # The root filesystem is read-only in production: caches go to /tmp (an
 # emptyDir or tmpfs); bytecode was compiled by pip at install time.
 ENV PYTHONDONTWRITEBYTECODE=1 HOME=/tmp XDG_CACHE_HOME=/tmp/.cache
+# `tulip-rose serve`'s Batch API store (IVY_BATCH_DIR) when a volume is
+# mounted there; it takes this owner.
+RUN install -d -o 10001 -g 10001 /var/lib/tulip-rose
 USER 10001:10001
 EXPOSE 7070 7071
 ENTRYPOINT ["python", "-m", "tulip"]

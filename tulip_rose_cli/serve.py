@@ -64,6 +64,13 @@ loaded by its replicas at start and served as model NAME; more adapters
 load at run time through Ivy's POST /v1/load_lora_adapter."""
 
 
+def default_batch_dir() -> Path:
+    """Where the Batch API keeps its files and batches by default: the
+    user's data directory (XDG), so they outlive the process and its
+    temporary folder."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "tulip-rose" / "batches"
+
 def add_parser(sub) -> argparse.ArgumentParser:
     # Defaults from the environment stay strings: argparse converts them
     # with the flag's type, so a bad value is a usage error, not a crash of
@@ -94,6 +101,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="the model name the OpenAI routes report and accept (env IVY_SERVED_MODEL_NAME)")
     g.add_argument("--templates", metavar="FILE", default=env("IVY_CONFIG"),
                    help="prompt templates file, TOML (Ivy's --config; env IVY_CONFIG)")
+    g.add_argument("--batch-dir", metavar="DIR", default=env("IVY_BATCH_DIR", str(default_batch_dir())),
+                   help="the OpenAI Batch API's store: batches in SQLite, files in this directory (Ivy's "
+                        "--batch-dir; env IVY_BATCH_DIR; default %(default)s; '' turns the Batch API off)")
     g.add_argument("--ivy-bin", metavar="PATH", default=env("IVY_BIN"),
                    help="the Ivy binary (env IVY_BIN; default: target/dist/ivy in a clone, else `ivy` next to "
                         "this Python or on PATH)")
@@ -295,6 +305,7 @@ class Stack:
         return ivy_command(ivy, sockets, host=a.host, port=a.port, grpc_port=a.grpc_port,
                            drain_timeout=a.drain_timeout, default_model=default,
                            served_model_name=a.served_model_name or None, config=a.templates or None,
+                           batch_dir=a.batch_dir or None,
                            json_output=True if a.json_output else None) + a.ivy_arg
 
     def start(self, ivy: Path, models: list[tuple[str | None, str | None]], devices: list[str]) -> None:

@@ -72,8 +72,11 @@ class Serve:
         if base_env is None:
             base_env = {**os.environ, "IVY_BIN": str(IVY_BIN)}
         with open(self.log_path, "wb") as log:
+            # The Batch API's default store goes under the user's data
+            # directory: here, one of the test's own.
+            self.data_dir = log_dir / f"data-{self.port}"
             self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                         env={**base_env, **(env or {})})
+                                         env={**base_env, "XDG_DATA_HOME": str(self.data_dir), **(env or {})})
         self.reader = threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True)
         self.reader.start()
 

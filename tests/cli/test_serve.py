@@ -73,6 +73,11 @@ def test_default_model_matches_sentence_transformers_and_stops_cleanly(serves, s
     want = st_minilm.encode(TEXTS, convert_to_numpy=True, normalize_embeddings=True)
     assert cosines(s.embed(TEXTS), want).min() >= 0.999
 
+    # The Batch API is on, its store in the user's data directory.
+    with urllib.request.urlopen(s.url + "/v1/batches", timeout=10) as r:
+        assert json.loads(r.read())["object"] == "list"
+    assert (s.data_dir / "tulip-rose" / "batches" / "batches.sqlite3").is_file()
+
     # The request the banner shows works as printed.
     curl = printed_curl("".join(s.stdout))
     assert curl[0] == "curl"

@@ -260,7 +260,9 @@ def test_ivy_image_and_compose_service_hold_no_model_files():
     assert [c.value[0] for c in final.all("COPY") if c.value[0] != "/usr/local/bin/ivy"] == []
     compose = yaml.safe_load(COMPOSE_FILE.read_text())["services"]["ivy"]
     assert "IVY_TOKENIZER" not in compose["environment"]
-    assert not compose.get("volumes")
+    # Its one volume is the Batch API's store.
+    assert compose.get("volumes") == ["ivy-batches:/var/lib/ivy"]
+    assert compose["environment"]["IVY_BATCH_DIR"].startswith("/var/lib/ivy/")
 
 
 def test_apt_and_pip_leave_no_caches_in_layers():
