@@ -31,6 +31,7 @@ COMMANDS = {
     "cpu-steps": "cpu_steps",
     "late-chunking": "late_chunking",
     "lora": "lora",
+    "batch-api": "batch_api",
 }
 
 

@@ -36,6 +36,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         Settings {
             balance: config.balance,
             batch_chunks_per_replica: config.batch_chunks_per_replica,
+            chunk_tokens: config.chunk_tokens,
             default_model: config.default_model.clone(),
             tokenizer: tokenizer_override(&config)?,
             served_model_name: config.served_model_name.clone(),

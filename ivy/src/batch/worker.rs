@@ -120,10 +120,14 @@ async fn run_shard(b: &Batches, router: &Router, mut l: Lease) -> Result<(), Api
         .skip(l.done_lines as usize)
         .collect();
     let endpoint: Arc<str> = endpoint.into();
+    // Each line is a task of its own, as an HTTP request is: lines run on
+    // every worker thread, and keep running while a checkpoint is written.
     let mut results = futures_util::stream::iter(todo)
         .map(|line| {
             let (router, endpoint) = (router.clone(), Arc::clone(&endpoint));
-            async move { lines::run(&router, &endpoint, &line).await }
+            Aborting(tokio::spawn(async move {
+                lines::run(&router, &endpoint, &line).await
+            }))
         })
         .buffered(b.config.batch_concurrency);
     let every = Duration::from_millis(b.lease_ms() as u64 / 3);
@@ -133,8 +137,11 @@ async fn run_shard(b: &Batches, router: &Router, mut l: Lease) -> Result<(), Api
         let next =
             tokio::time::timeout(every.saturating_sub(since.elapsed()), results.next()).await;
         let finished = matches!(next, Ok(None));
-        if let Ok(Some(outcome)) = next {
-            pending.push(outcome);
+        if let Ok(Some(joined)) = next {
+            pending.push(
+                joined
+                    .map_err(|e| ApiError::Internal(format!("a batch line's task failed: {e}")))?,
+            );
         }
         if finished || pending.len() >= CHECKPOINT_LINES || since.elapsed() >= every {
             let n = pending.len() as i64;
@@ -154,6 +161,28 @@ async fn run_shard(b: &Batches, router: &Router, mut l: Lease) -> Result<(), Api
         if finished {
             return Ok(());
         }
+    }
+}
+
+/// A line's task, aborted if dropped before it finishes: a shard given up
+/// (lease lost, batch ended, Ivy draining) leaves no line running, not even
+/// one waiting out a 503.
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> std::future::Future for Aborting<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -38,9 +38,10 @@ pub struct BatchConfig {
     #[arg(long, env = "IVY_BATCH_LEASE", default_value = "30", value_parser = parse_seconds)]
     pub batch_lease: Duration,
 
-    /// Batch requests this Ivy keeps in flight at once (they run at
-    /// priority batch, behind interactive queries); 0 takes no batch work
-    /// here (the routes still serve).
-    #[arg(long, env = "IVY_BATCH_CONCURRENCY", default_value_t = 8)]
+    /// Batch requests (lines) this Ivy keeps in flight at once; they run at
+    /// priority batch, behind interactive queries, within
+    /// --batch-chunks-per-replica. 0 takes no batch work here (the routes
+    /// still serve).
+    #[arg(long, env = "IVY_BATCH_CONCURRENCY", default_value_t = 64)]
     pub batch_concurrency: usize,
 }

@@ -162,9 +162,11 @@ pub struct Config {
     #[arg(long, env = "IVY_INTERACTIVE_MAX_TOKENS", default_value_t = 512)]
     pub interactive_max_tokens: usize,
 
-    /// Most chunks of batch requests (all of them together) in flight on
-    /// one replica (0 = no bound). Indexing clients then cannot fill every
-    /// replica's queue, and a query is balanced to a replica with room.
+    /// Most batch-request work (all of it together) in flight on one
+    /// replica, in chunks' worth of tokens (x --chunk-tokens; each chunk
+    /// counts its tokens, so many small requests add up to a full chunk);
+    /// 0 = no bound. Indexing clients then cannot fill every replica's
+    /// queue, and a query is balanced to a replica with room.
     #[arg(long, env = "IVY_BATCH_CHUNKS_PER_REPLICA", default_value_t = 4)]
     pub batch_chunks_per_replica: usize,
 

@@ -71,7 +71,13 @@ async fn send(
     for attempt in 1..=state.config.max_attempts {
         let picked = if priority == Priority::Batch && pool.batch_slots.bounded() {
             let slots = &pool.batch_slots;
-            let pick = slots.pick(|| Arc::new(pool.replicas()), pool.policy.as_ref(), &tried);
+            let tokens = request.token_ids.len();
+            let pick = slots.pick(
+                || Arc::new(pool.replicas()),
+                pool.policy.as_ref(),
+                &tried,
+                tokens,
+            );
             pick.await.map(|(r, slot)| (r, Some(slot)))
         } else {
             let replicas = pool.replicas();

@@ -26,6 +26,8 @@ use crate::model::ServedModel;
 pub struct Settings {
     pub balance: Balance,
     pub batch_chunks_per_replica: usize,
+    /// `--chunk-tokens`: the size of a chunk the batch bound counts in.
+    pub chunk_tokens: usize,
     /// `--default-model`: the pool TEI routes (no `model` field) go to;
     /// unset, the first pool that came up.
     pub default_model: Option<String>,
@@ -222,7 +224,10 @@ impl Pools {
             index,
             model,
             policy: balancer::policy(self.settings.balance),
-            batch_slots: BatchSlots::new(self.settings.batch_chunks_per_replica),
+            batch_slots: BatchSlots::new(
+                self.settings.batch_chunks_per_replica,
+                self.settings.chunk_tokens,
+            ),
             names_override: if is_default {
                 self.settings.served_model_name.clone()
             } else {
@@ -339,6 +344,7 @@ mod tests {
         let settings = Settings {
             balance: Balance::LeastLoaded,
             batch_chunks_per_replica: 0,
+            chunk_tokens: 0,
             default_model: default_model.map(String::from),
             tokenizer: None,
             served_model_name: Vec::new(),

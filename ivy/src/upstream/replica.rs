@@ -91,8 +91,8 @@ pub struct Replica {
     tokens_done: AtomicU64,
     chunks_done: AtomicU64,
     failures: AtomicU64,
-    /// Chunks of batch-priority requests in flight here (`batch_slots.rs`).
-    pub(crate) batch_chunks: AtomicUsize,
+    /// Batch-priority work in flight here, as `batch_slots.rs` counts it.
+    pub(crate) batch_load: AtomicUsize,
     /// Bumped when the replica stops answering health checks: attempts in
     /// flight on it give up and retry elsewhere instead of hanging.
     lost: watch::Sender<u64>,
@@ -147,7 +147,7 @@ impl Replica {
             tokens_done: AtomicU64::new(0),
             chunks_done: AtomicU64::new(0),
             failures: AtomicU64::new(0),
-            batch_chunks: AtomicUsize::new(0),
+            batch_load: AtomicUsize::new(0),
             lost: watch::Sender::new(0),
             info: RwLock::new(None),
             open_call: Default::default(),
