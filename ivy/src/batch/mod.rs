@@ -41,6 +41,9 @@ pub struct Batches {
     /// Set when Ivy drains: no new work is taken, and a shard being run
     /// is checkpointed and given back.
     stopping: AtomicBool,
+    /// Wakes this Ivy's worker from its idle wait (a batch was created or
+    /// cancelled here).
+    wake: tokio::sync::Notify,
 }
 
 impl Batches {
@@ -61,12 +64,18 @@ impl Batches {
             config: config.clone(),
             metrics,
             stopping: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
         })))
     }
 
     /// Starts taking work; `router` serves the lines (`http::batch_router`).
     pub fn start(self: &Arc<Self>, router: Router) {
         worker::spawn(Arc::clone(self), router);
+    }
+
+    /// There is new work (or a batch to end) in the store: look now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
     }
 
     /// Ivy drains: stop taking batch work, give back what is held.

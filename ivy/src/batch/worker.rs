@@ -38,7 +38,10 @@ pub fn spawn(batches: Arc<Batches>, router: Router) {
                 batches.metrics.batch_pending(n);
             }
             if !busy {
-                tokio::time::sleep(IDLE).await;
+                tokio::select! {
+                    () = tokio::time::sleep(IDLE) => {}
+                    () = batches.wake.notified() => {}
+                }
             }
         }
     });

@@ -64,6 +64,7 @@ pub async fn create(
                 metadata,
             })
             .await?;
+        b.wake();
         let row = b.store.batch(owner.0.clone(), id.clone()).await?.ok_or_else(|| not_found("Batch", &id))?;
         Ok(json(to_json(&objects::batch(&row))?))
     }
@@ -165,7 +166,7 @@ pub async fn cancel(
                     format!("{id} cannot be cancelled: its status is {status:?}"),
                 ))
             }
-            Some(Ok(())) => {}
+            Some(Ok(())) => b.wake(),
         }
         let row = b
             .store
