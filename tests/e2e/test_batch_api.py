@@ -217,3 +217,42 @@ def test_an_ivy_killed_mid_batch_loses_and_repeats_nothing(ivy, tulip_minilm, mi
 def test_off_without_a_store(ivy_minilm):
     status, body = ivy_minilm.get("/v1/batches")
     assert status == 404 and b"--batch-dir" in body
+
+
+def test_expiry_keeps_what_finished_and_lists_the_rest(ivy, store):
+    """The window is at least an hour, so the test moves the batch's
+    deadline into the past in the store itself (the worker's own check)."""
+    import sqlite3
+
+    c = client(ivy)
+    n = 3000
+    _, b = submit(c, corpus(n, "e"))
+    wait_for(lambda: c.batches.retrieve(b.id).request_counts.completed > 0, "some lines done", timeout=60)
+    with sqlite3.connect(store / "batches.sqlite3", timeout=30) as db:
+        db.execute("UPDATE batches SET expires_at = 1 WHERE id = ?", (b.id,))
+    done = wait_done(c, b.id, timeout=60)
+    assert done.status == "expired" and done.expired_at
+    out, errors = jsonl(c, done.output_file_id), jsonl(c, done.error_file_id)
+    assert len(out) == done.request_counts.completed > 0
+    assert errors and all(e["error"]["code"] == "batch_expired" for e in errors)
+    assert len(errors) == done.request_counts.failed
+    assert sorted(o["custom_id"] for o in out + errors) == sorted(f"e{i}" for i in range(n))
+
+
+def test_the_only_ivy_killed_and_restarted_resumes(tulip_minilm, minilm_dir, log_dir, tmp_path):
+    alone = _ivy(tulip_minilm, minilm_dir, log_dir, tmp_path)
+    try:
+        c = client(alone)
+        n = 1500
+        _, b = submit(c, corpus(n, "s"))
+        wait_for(lambda: c.batches.retrieve(b.id).request_counts.completed >= 100, "progress", timeout=60)
+        alone.signal(signal.SIGKILL)
+        alone.kill()
+        alone = _ivy(tulip_minilm, minilm_dir, log_dir, tmp_path)
+        c = client(alone)
+        done = wait_done(c, b.id, timeout=120)
+        ids = [o["custom_id"] for o in jsonl(c, done.output_file_id)]
+        assert "resuming a shard another holder left" in alone.log()
+    finally:
+        alone.stop()
+    assert done.status == "completed" and len(ids) == n and set(ids) == {f"s{i}" for i in range(n)}
