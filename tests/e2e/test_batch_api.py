@@ -256,3 +256,18 @@ def test_the_only_ivy_killed_and_restarted_resumes(tulip_minilm, minilm_dir, log
     finally:
         alone.stop()
     assert done.status == "completed" and len(ids) == n and set(ids) == {f"s{i}" for i in range(n)}
+
+
+def test_cohere_embed_as_a_batch_endpoint(ivy, st_minilm):
+    c = client(ivy)
+    text = "".join(line(f"v{i}", {"texts": [t], "input_type": "search_document", "embedding_types": ["float"]},
+                        url="/v2/embed") for i, t in enumerate(TEXTS[:3]))
+    f = c.files.create(file=("cohere.jsonl", text.encode()), purpose="batch")
+    b = c.batches.create(input_file_id=f.id, endpoint="/v2/embed", completion_window="24h")
+    done = wait_done(c, b.id)
+    assert done.status == "completed" and done.request_counts.completed == 3, done
+    rows = {o["custom_id"]: o["response"]["body"]["embeddings"]["float"][0] for o in jsonl(c, done.output_file_id)}
+    ref = st_minilm.encode(TEXTS[:3], normalize_embeddings=True)
+    for i in range(3):
+        v = np.asarray(rows[f"v{i}"])
+        assert float(v @ ref[i] / np.linalg.norm(v)) >= 0.999

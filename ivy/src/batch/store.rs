@@ -397,25 +397,13 @@ impl Store {
         .await
     }
 
-    /// The endpoint a batch was created for.
-    pub async fn endpoint(&self, id: String) -> Result<String, ApiError> {
+    /// What a batch reads: its endpoint and its input file.
+    pub async fn source(&self, id: String) -> Result<(String, String), ApiError> {
         self.call(move |c, _| {
             c.query_row(
-                "SELECT endpoint FROM batches WHERE id = ?1",
+                "SELECT endpoint, input_file_id FROM batches WHERE id = ?1",
                 params![id],
-                |r| r.get(0),
-            )
-        })
-        .await
-    }
-
-    /// The input file of a batch.
-    pub async fn input_file(&self, id: String) -> Result<String, ApiError> {
-        self.call(move |c, _| {
-            c.query_row(
-                "SELECT input_file_id FROM batches WHERE id = ?1",
-                params![id],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
         })
         .await

@@ -71,7 +71,7 @@ async fn step(b: &Batches, router: &Router) -> Result<bool, ApiError> {
 }
 
 async fn validate(b: &Batches, v: Ending) -> Result<(), ApiError> {
-    let endpoint = b.store.endpoint(v.batch_id.clone()).await?;
+    let (endpoint, _) = b.store.source(v.batch_id.clone()).await?;
     let bytes = match b.blobs.read_file(&v.input_file_id).await {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -108,14 +108,10 @@ async fn run_shard(b: &Batches, router: &Router, mut l: Lease) -> Result<(), Api
         tracing::info!(batch = %l.batch_id, shard = l.shard, from_line = l.done_lines,
             "resuming a shard another holder left (its lease lapsed or was given back)");
     }
-    let endpoint = b.store.endpoint(l.batch_id.clone()).await?;
+    let (endpoint, input) = b.store.source(l.batch_id.clone()).await?;
     let bytes = b
         .blobs
-        .read_range(
-            &input_of(b, &l).await?,
-            l.byte_start as u64,
-            l.byte_end as u64,
-        )
+        .read_range(&input, l.byte_start as u64, l.byte_end as u64)
         .await?;
     let bytes = bytes::Bytes::from(bytes);
     let todo: Vec<bytes::Bytes> = validate::lines(&bytes, 0)
@@ -187,10 +183,6 @@ impl<T> Drop for Aborting<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-async fn input_of(b: &Batches, l: &Lease) -> Result<String, ApiError> {
-    b.store.input_file(l.batch_id.clone()).await
 }
 
 /// Writes a checkpoint's output and error lines as blobs.

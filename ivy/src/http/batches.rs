@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::body::{json_object, Body};
 use super::fields;
-use super::files::{batches, not_found, owned_file};
+use super::files::{batches, not_found, owned_file, page};
 use super::respond::{finish, json, to_json, Api};
-use crate::batch::{ids, objects, store::NewBatch, window_seconds, ENDPOINTS};
+use crate::batch::{ids, objects, store::NewBatch, window_seconds, Batches, ENDPOINTS};
 use crate::error::ApiError;
 use crate::request::auth::Owner;
 use crate::state::AppState;
@@ -65,8 +65,7 @@ pub async fn create(
             })
             .await?;
         b.wake();
-        let row = b.store.batch(owner.0.clone(), id.clone()).await?.ok_or_else(|| not_found("Batch", &id))?;
-        Ok(json(to_json(&objects::batch(&row))?))
+        batch_object(&b, &owner, &id).await
     }
     .await;
     finish(&state, Api::OpenAi, "batches", result)
@@ -98,24 +97,25 @@ fn metadata(v: Option<&Value>) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// The batch `id` of `owner` as its object, or 404.
+async fn batch_object(b: &Batches, owner: &Owner, id: &str) -> Result<Response, ApiError> {
+    if !ids::valid(ids::BATCH, id) {
+        return Err(not_found("Batch", id));
+    }
+    let row = b
+        .store
+        .batch(owner.0.clone(), id.to_string())
+        .await?
+        .ok_or_else(|| not_found("Batch", id))?;
+    Ok(json(to_json(&objects::batch(&row))?))
+}
+
 pub async fn get(
     State(state): State<AppState>,
     Extension(owner): Extension<Owner>,
     Path(id): Path<String>,
 ) -> Response {
-    let result = async {
-        let b = batches(&state)?;
-        if !ids::valid(ids::BATCH, &id) {
-            return Err(not_found("Batch", &id));
-        }
-        let row = b
-            .store
-            .batch(owner.0.clone(), id.clone())
-            .await?
-            .ok_or_else(|| not_found("Batch", &id))?;
-        Ok(json(to_json(&objects::batch(&row))?))
-    }
-    .await;
+    let result = async { batch_object(&*batches(&state)?, &owner, &id).await }.await;
     finish(&state, Api::OpenAi, "batch", result)
 }
 
@@ -132,14 +132,7 @@ pub async fn list(
 ) -> Response {
     let result = async {
         let b = batches(&state)?;
-        let Query(q) = query.map_err(|e| ApiError::schema("query", e.body_text()))?;
-        let limit = q.limit.unwrap_or(20);
-        if !(1..=100).contains(&limit) {
-            return Err(ApiError::validation(
-                "limit",
-                "`limit` must be between 1 and 100",
-            ));
-        }
+        let (q, limit) = page(query, |q: &ListQuery| q.limit, 20, 100)?;
         let rows = b.store.batches(owner.0.clone(), q.after, limit).await?;
         let rows = rows.iter().map(objects::batch).collect();
         Ok(json(to_json(&objects::list(rows, limit as usize))?))
@@ -168,12 +161,7 @@ pub async fn cancel(
             }
             Some(Ok(())) => b.wake(),
         }
-        let row = b
-            .store
-            .batch(owner.0.clone(), id.clone())
-            .await?
-            .ok_or_else(|| not_found("Batch", &id))?;
-        Ok(json(to_json(&objects::batch(&row))?))
+        batch_object(&b, &owner, &id).await
     }
     .await;
     finish(&state, Api::OpenAi, "batch_cancel", result)

@@ -157,6 +157,25 @@ fn cut(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
+/// A list route's query, or why not; and its `limit` (default `default`,
+/// 1 to `max`).
+pub fn page<Q>(
+    query: Result<Query<Q>, axum::extract::rejection::QueryRejection>,
+    limit: impl FnOnce(&Q) -> Option<i64>,
+    default: i64,
+    max: i64,
+) -> Result<(Q, i64), ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::schema("query", e.body_text()))?;
+    let n = limit(&q).unwrap_or(default);
+    if !(1..=max).contains(&n) {
+        return Err(ApiError::validation(
+            "limit",
+            format!("`limit` must be between 1 and {max}"),
+        ));
+    }
+    Ok((q, n))
+}
+
 #[derive(Deserialize)]
 pub struct ListQuery {
     purpose: Option<String>,
@@ -172,14 +191,7 @@ pub async fn list(
 ) -> Response {
     let result = async {
         let b = batches(&state)?;
-        let Query(q) = query.map_err(|e| ApiError::schema("query", e.body_text()))?;
-        let limit = q.limit.unwrap_or(10_000);
-        if !(1..=10_000).contains(&limit) {
-            return Err(ApiError::validation(
-                "limit",
-                "`limit` must be between 1 and 10000",
-            ));
-        }
+        let (q, limit) = page(query, |q: &ListQuery| q.limit, 10_000, 10_000)?;
         let asc = match q.order.as_deref() {
             None | Some("desc") => false,
             Some("asc") => true,
