@@ -23,6 +23,7 @@ impl Blobs {
             std::fs::create_dir_all(root.join(sub))
                 .map_err(|e| format!("{}: {e}", root.join(sub).display()))?;
         }
+        sweep_stale(&root.join("tmp"));
         Ok(Self {
             root: root.to_path_buf(),
         })
@@ -138,5 +139,26 @@ impl Blobs {
 
     pub async fn delete_file(&self, id: &str) {
         let _ = tokio::fs::remove_file(self.file_path(id)).await;
+    }
+}
+
+/// Removes what uploads and writes cut short by a crash left in `tmp/`:
+/// entries untouched for a day (another Ivy sharing the directory may be
+/// writing the fresh ones).
+fn sweep_stale(tmp: &Path) {
+    const DAY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let stale = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > DAY);
+        if stale {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
