@@ -32,6 +32,7 @@ COMMANDS = {
     "late-chunking": "late_chunking",
     "lora": "lora",
     "batch-api": "batch_api",
+    "batch-chaos": "batch_chaos",
 }
 
 
