@@ -49,7 +49,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         http = %format!("{}:{}", config.host, config.port),
         grpc = %format!("{}:{}", config.host, config.grpc_port),
         replicas = ?config.tulip, dns = ?config.tulip_dns, default_model = ?config.default_model, balance = ?config.balance,
-        chunk_tokens = config.chunk_tokens, api_keys = config.api_key.len() + usize::from(config.api_key_file.is_some()),
+        chunk_tokens = config.chunk_tokens, api_key = !config.api_key.is_empty() || config.api_key_file.is_some(),
         batch_dir = ?config.batch.batch_dir,
         tls = config.net.tls_cert.is_some(), max_connections = config.net.max_connections, "ivy listening"
     );
