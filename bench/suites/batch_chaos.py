@@ -119,3 +119,28 @@ def run(stack: Stack, lines: int = 20_000, every_s: float = 6.0, seed: int = 47)
 
 def options(scale: float) -> dict:
     return {"lines": max(500, int(20_000 * scale))}
+
+
+def plot(data: dict, path: Path) -> Path:
+    """Lines completed over time, each kill marked where it happened."""
+    from bench.harness.plots import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    kills = data["kills"]
+    ts = [0.0] + [k["t_s"] for k in kills] + [data["wall_s"]]
+    done = [0] + [k["completed_before"] for k in kills] + [data["request_counts"]["completed"]]
+    ax.plot(ts, done, "o-", color="C0", label="lines completed")
+    for k in kills:
+        ax.axvline(k["t_s"], color="C3" if k["killed"].startswith("tulip") else "C1", alpha=0.5, ls=":")
+        ax.annotate(k["killed"], (k["t_s"], k["completed_before"]), fontsize=7, rotation=90,
+                    xytext=(3, 5), textcoords="offset points")
+    ax.set_xlabel("seconds since the batch was created")
+    ax.set_ylabel("lines completed")
+    ax.set_title(f"Batch API under chaos: {data['params']['lines']:,} lines, {len(kills)} SIGKILLs")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
