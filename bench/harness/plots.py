@@ -39,8 +39,13 @@ def latency_vs_concurrency(conc: dict, path: Path) -> Path:
 
 
 def _latency_figure(plt, fig, ax, path: Path, xlabel: str, title: str) -> Path:
+    return finish(plt, fig, ax, path, xlabel, "latency, ms", title)
+
+
+def finish(plt, fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Labels, grid and legend of a one-axes figure; writes it to ``path``."""
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("latency, ms")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

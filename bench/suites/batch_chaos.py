@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness import inputs
+from bench.harness import inputs, plots
 from bench.harness.results import table
 from bench.harness.stack import Stack
 from tulip_rose_cli.launch import Ivy, Tulip
@@ -123,9 +123,7 @@ def options(scale: float) -> dict:
 
 def plot(data: dict, path: Path) -> Path:
     """Lines completed over time, each kill marked where it happened."""
-    from bench.harness.plots import _plt
-
-    plt = _plt()
+    plt = plots._plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     kills = data["kills"]
     ts = [0.0] + [k["t_s"] for k in kills] + [data["wall_s"]]
@@ -135,12 +133,5 @@ def plot(data: dict, path: Path) -> Path:
         ax.axvline(k["t_s"], color="C3" if k["killed"].startswith("tulip") else "C1", alpha=0.5, ls=":")
         ax.annotate(k["killed"], (k["t_s"], k["completed_before"]), fontsize=7, rotation=90,
                     xytext=(3, 5), textcoords="offset points")
-    ax.set_xlabel("seconds since the batch was created")
-    ax.set_ylabel("lines completed")
-    ax.set_title(f"Batch API under chaos: {data['params']['lines']:,} lines, {len(kills)} SIGKILLs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return plots.finish(plt, fig, ax, path, "seconds since the batch was created", "lines completed",
+                        f"Batch API under chaos: {data['params']['lines']:,} lines, {len(kills)} SIGKILLs")
