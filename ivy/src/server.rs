@@ -50,7 +50,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         grpc = %format!("{}:{}", config.host, config.grpc_port),
         replicas = ?config.tulip, dns = ?config.tulip_dns, default_model = ?config.default_model, balance = ?config.balance,
         chunk_tokens = config.chunk_tokens, api_key = !config.api_key.is_empty() || config.api_key_file.is_some(),
-        batch_dir = ?config.batch.batch_dir,
+        batch_store = %config.batch.describe(), batch_dir = ?config.batch.batch_dir,
         tls = config.net.tls_cert.is_some(), max_connections = config.net.max_connections, "ivy listening"
     );
     let spinner =

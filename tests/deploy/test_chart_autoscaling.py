@@ -179,3 +179,39 @@ def test_the_defaults_are_the_replayed_days_choice():
     assert (a["scaleDown"]["pods"], a["scaleDown"]["periodSeconds"]) == (rule["down_pods"], rule["down_period"])
     assert a["keda"]["cooldownPeriodSeconds"] == rule["cooldown"]
     assert a["maxReplicas"] == rule["max_replicas"]
+
+
+BATCH = {"ivy.batch.enabled": True, "ivy.batch.databaseUrlSecret": "batch-db",
+         "ivy.batch.objectStoreUrl": "s3://embeddings/batches", "ivy.batch.objectStoreEndpoint": "http://minio:9000",
+         "ivy.batch.objectStoreAllowHttp": True, "ivy.batch.objectStoreCredentialsSecret": "batch-s3",
+         "ivy.batch.shardLines": 500}
+
+
+def test_the_batch_api_store_and_its_queue_in_the_autoscaler(helm_bin, scaledobject_schema):
+    """ivy.batch: every Ivy pod gets the cluster store (the database URL and
+    the bucket's credentials from Secrets), and KEDA reads the Batch API's
+    queue, activating a pool at zero; without it neither appears."""
+    objects = render(sets={**KEDA_ZERO, **BATCH})
+    validate_all(objects, scaledobject_schema)
+    ivy = container(one(objects, "Deployment", "ivy"), "ivy")
+    e = env(ivy)
+    assert e["IVY_BATCH_OBJECT_STORE_URL"] == "s3://embeddings/batches"
+    assert (e["AWS_ENDPOINT_URL"], e["AWS_ALLOW_HTTP"], e["IVY_BATCH_SHARD_LINES"]) == ("http://minio:9000", "true",
+                                                                                      "500")
+    refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in ivy["env"] if "valueFrom" in v}
+    assert refs["IVY_BATCH_DATABASE_URL"] == {"name": "batch-db", "key": "database-url"}
+    assert refs["AWS_SECRET_ACCESS_KEY"] == {"name": "batch-s3", "key": "AWS_SECRET_ACCESS_KEY"}
+    assert "IVY_BATCH_MAX_LINES" not in e and "IVY_BATCH_DIR" not in e
+    triggers = {t["name"]: t for t in one(objects, "ScaledObject")["spec"]["triggers"]}
+    q = triggers["batch-api-backlog"]["metadata"]
+    assert q["query"] == 'max(ivy_batch_pending_requests{namespace="embeddings"}) or vector(0)'
+    assert (q["threshold"], q["activationThreshold"]) == ("5000", "0")
+    assert "batch-api-backlog" not in queries(one(render(sets=KEDA_ZERO), "ScaledObject"))
+    assert not [k for k in env(container(one(render(sets=KEDA), "Deployment", "ivy"), "ivy")) if "BATCH" in k]
+
+
+def test_the_batch_api_without_its_cluster_store_is_refused(helm_bin):
+    args = ["template", "embed", CHART, "--kube-version", KUBE_VERSION, "--set", "ivy.batch.enabled=true",
+            "--set", "ivy.batch.objectStoreUrl=s3://b"]
+    out = helm(*args)
+    assert out.returncode != 0 and "ivy.batch.databaseUrlSecret" in out.stderr, out.stderr

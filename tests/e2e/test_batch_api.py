@@ -10,30 +10,17 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import numpy as np
 import pytest
 
+from tests.support.openai_batch import KEYS, TEXTS, client, corpus, jsonl, line, submit, wait_done
 from tests.support.servers import Ivy
 from tulip_rose_cli.processes import wait_for
 
 pytestmark = pytest.mark.slow
 
 openai = pytest.importorskip("openai")
-
-KEYS = ("alpha-key", "beta-key")
-TEXTS = ["What is an embedding?", "Berlin is the capital of Germany.", "A cat sat on the mat.",
-         "Vector search finds the nearest neighbours of a query.", "short", "Ünïcödé text, ok?"]
-
-
-def line(custom_id: str, body: dict, url: str = "/v1/embeddings") -> str:
-    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + "\n"
-
-
-def corpus(n: int, prefix: str = "r") -> str:
-    return "".join(line(f"{prefix}{i}", {"input": f"{TEXTS[i % len(TEXTS)]} ({i})"}) for i in range(n))
-
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
@@ -50,31 +37,6 @@ def ivy(tulip_minilm, minilm_dir, log_dir, store):
     proc = _ivy(tulip_minilm, minilm_dir, log_dir, store)
     yield proc
     proc.stop()
-
-
-def client(ivy, key: str = KEYS[0]):
-    return openai.OpenAI(base_url=ivy.url + "/v1", api_key=key, max_retries=0)
-
-
-def submit(c, text: str, **extra):
-    f = c.files.create(file=("requests.jsonl", text.encode()), purpose="batch")
-    return f, c.batches.create(input_file_id=f.id, endpoint="/v1/embeddings", completion_window="24h", **extra)
-
-
-def wait_done(c, batch_id: str, timeout: float = 120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        b = c.batches.retrieve(batch_id)
-        if b.status in ("completed", "failed", "expired", "cancelled"):
-            return b
-        time.sleep(0.2)
-    raise AssertionError(f"batch {batch_id} still {b.status} after {timeout} s: {b}")
-
-
-def jsonl(c, file_id: str | None) -> list[dict]:
-    if file_id is None:
-        return []
-    return [json.loads(x) for x in c.files.content(file_id).text.splitlines()]
 
 
 def test_openai_client_end_to_end_equals_embeddings_and_sentence_transformers(ivy, st_minilm):

@@ -1,40 +1,70 @@
-//! The Batch API's bytes in a local directory: uploaded and output files
-//! under `files/`, checkpointed chunks of output under `parts/`. Keys are
-//! built here from checked ids only; a blob is written under a temporary
-//! name, synced, then renamed, so a reader never sees half of one.
+//! The Batch API's bytes: uploaded files, output and error files, and the
+//! checkpointed chunks of output they are assembled from. Kept in a local
+//! directory (`dir.rs`, `--batch-dir`) or an S3-compatible object store
+//! (`object.rs`, `--batch-object-store-url`). Keys are built here from
+//! checked ids only; a reader never sees half of a blob.
 
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+mod dir;
+mod object;
 
+use std::path::Path;
+
+use self::dir::Dir;
+use self::object::Object;
 use crate::error::ApiError;
-
-#[derive(Clone)]
-pub struct Blobs {
-    root: PathBuf,
-}
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(format!("batch files: {e}"))
 }
 
-impl Blobs {
-    pub fn open(root: &Path) -> Result<Self, String> {
-        for sub in ["files", "parts", "tmp"] {
-            std::fs::create_dir_all(root.join(sub))
-                .map_err(|e| format!("{}: {e}", root.join(sub).display()))?;
+#[derive(Clone)]
+pub enum Blobs {
+    Dir(Dir),
+    Object(Object),
+}
+
+/// A file being uploaded: written as it streams in, kept by `commit`.
+pub enum Upload {
+    Dir(dir::Upload),
+    Object(object::Upload),
+}
+
+impl Upload {
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), ApiError> {
+        match self {
+            Upload::Dir(u) => u.write(bytes).await,
+            Upload::Object(u) => u.write(bytes).await,
         }
-        sweep_stale(&root.join("tmp"));
-        Ok(Self {
-            root: root.to_path_buf(),
-        })
     }
 
-    /// Where a file's bytes live (`id` checked by the caller).
-    pub fn file_path(&self, id: &str) -> PathBuf {
-        self.root.join("files").join(id)
+    /// Keeps the upload as the file it was started for.
+    pub async fn commit(self) -> Result<(), ApiError> {
+        match self {
+            Upload::Dir(u) => u.commit().await,
+            Upload::Object(u) => u.commit().await,
+        }
     }
 
-    /// The key of a chunk's output (`kind`: `out` or `err`).
+    /// Drops what was written.
+    pub async fn abort(self) {
+        match self {
+            Upload::Dir(u) => u.abort().await,
+            Upload::Object(u) => u.abort().await,
+        }
+    }
+}
+
+impl Blobs {
+    pub fn open_dir(root: &Path) -> Result<Self, String> {
+        Dir::open(root).map(Blobs::Dir)
+    }
+
+    pub fn open_object_store(url: &str) -> Result<Self, String> {
+        Object::open(url).map(Blobs::Object)
+    }
+
+    /// The key of a chunk's output (`kind`: `out` or `err`); it starts with
+    /// the batch's id.
     pub fn part_key(batch: &str, shard: i64, first_line: i64, kind: &str) -> String {
         format!(
             "{batch}.{shard}.{first_line}.{}.{kind}",
@@ -42,54 +72,43 @@ impl Blobs {
         )
     }
 
-    fn part_path(&self, key: &str) -> PathBuf {
-        self.root.join("parts").join(key)
+    /// Starts writing file `id` (a checked id).
+    pub async fn upload(&self, id: &str) -> Result<Upload, ApiError> {
+        Ok(match self {
+            Blobs::Dir(d) => Upload::Dir(d.upload(id).await?),
+            Blobs::Object(o) => Upload::Object(o.upload(id).await?),
+        })
     }
 
-    /// A fresh temporary path, renamed into place by `commit_file`.
-    pub fn temp_path(&self) -> PathBuf {
-        self.root.join("tmp").join(super::ids::new("upload-"))
-    }
-
-    /// Moves a finished temporary file into place as file `id`.
-    pub async fn commit_file(&self, temp: &Path, id: &str) -> Result<(), ApiError> {
-        tokio::fs::rename(temp, self.file_path(id))
-            .await
-            .map_err(internal)
+    /// File `id`'s bytes as a response body.
+    pub async fn stream(&self, id: &str) -> Result<axum::body::Body, ApiError> {
+        match self {
+            Blobs::Dir(d) => d.stream(id).await,
+            Blobs::Object(o) => o.stream(id).await,
+        }
     }
 
     /// Writes `bytes` as chunk blob `key`, durably.
     pub async fn put_part(&self, key: String, bytes: Vec<u8>) -> Result<(), ApiError> {
-        let target = self.part_path(&key);
-        let temp = self.temp_path();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&temp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&temp, &target)
-        })
-        .await
-        .map_err(internal)?
-        .map_err(internal)
+        match self {
+            Blobs::Dir(d) => d.put_part(key, bytes).await,
+            Blobs::Object(o) => o.put_part(key, bytes).await,
+        }
     }
 
     /// Bytes `[start, end)` of file `id`.
     pub async fn read_range(&self, id: &str, start: u64, end: u64) -> Result<Vec<u8>, ApiError> {
-        let path = self.file_path(id);
-        tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-            let mut f = std::fs::File::open(path)?;
-            f.seek(SeekFrom::Start(start))?;
-            let mut buf = vec![0; (end - start) as usize];
-            f.read_exact(&mut buf)?;
-            Ok(buf)
-        })
-        .await
-        .map_err(internal)?
-        .map_err(internal)
+        match self {
+            Blobs::Dir(d) => d.read_range(id, start, end).await,
+            Blobs::Object(o) => o.read_range(id, start, end).await,
+        }
     }
 
     pub async fn read_file(&self, id: &str) -> Result<Vec<u8>, ApiError> {
-        tokio::fs::read(self.file_path(id)).await.map_err(internal)
+        match self {
+            Blobs::Dir(d) => d.read_file(id).await,
+            Blobs::Object(o) => o.read_file(id).await,
+        }
     }
 
     /// Writes file `id` as the concatenation of chunk blobs `keys` (plus
@@ -100,65 +119,25 @@ impl Blobs {
         keys: Vec<String>,
         tail: Vec<u8>,
     ) -> Result<u64, ApiError> {
-        let parts: Vec<PathBuf> = keys.iter().map(|k| self.part_path(k)).collect();
-        let temp = self.temp_path();
-        let target = self.file_path(id);
-        tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
-            let mut out = std::io::BufWriter::new(std::fs::File::create(&temp)?);
-            let mut n = 0;
-            for p in parts {
-                n += std::io::copy(&mut std::fs::File::open(p)?, &mut out)?;
-            }
-            out.write_all(&tail)?;
-            n += tail.len() as u64;
-            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            std::fs::rename(&temp, &target)?;
-            Ok(n)
-        })
-        .await
-        .map_err(internal)?
-        .map_err(internal)
+        match self {
+            Blobs::Dir(d) => d.concat_parts(id, keys, tail).await,
+            Blobs::Object(o) => o.concat_parts(id, keys, tail).await,
+        }
     }
 
     /// Deletes every chunk blob of `batch` (after its end is recorded;
     /// also those a holder wrote but never recorded).
     pub async fn delete_parts(&self, batch: &str) {
-        let dir = self.root.join("parts");
-        let prefix = format!("{batch}.");
-        let _ = tokio::task::spawn_blocking(move || {
-            if let Ok(entries) = std::fs::read_dir(&dir) {
-                for e in entries.flatten() {
-                    if e.file_name().to_string_lossy().starts_with(&prefix) {
-                        let _ = std::fs::remove_file(e.path());
-                    }
-                }
-            }
-        })
-        .await;
+        match self {
+            Blobs::Dir(d) => d.delete_parts(batch).await,
+            Blobs::Object(o) => o.delete_parts(batch).await,
+        }
     }
 
     pub async fn delete_file(&self, id: &str) {
-        let _ = tokio::fs::remove_file(self.file_path(id)).await;
-    }
-}
-
-/// Removes what uploads and writes cut short by a crash left in `tmp/`:
-/// entries untouched for a day (another Ivy sharing the directory may be
-/// writing the fresh ones).
-fn sweep_stale(tmp: &Path) {
-    const DAY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-    let Ok(entries) = std::fs::read_dir(tmp) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let stale = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > DAY);
-        if stale {
-            let _ = std::fs::remove_file(e.path());
+        match self {
+            Blobs::Dir(d) => d.delete_file(id).await,
+            Blobs::Object(o) => o.delete_file(id).await,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! `POST /v1/files`, batches created over them with `POST /v1/batches`,
 //! run by every Ivy that shares the store at priority `batch`, results in
 //! output and error files in OpenAI's line format. Kept in SQLite and a
-//! directory (`--batch-dir`): nothing to install, durable across restarts.
+//! directory (`--batch-dir`): nothing to install, durable across restarts;
+//! or, for a cluster, in PostgreSQL and an S3-compatible object store.
 //!
 //! `store.rs` keeps the records and leases, `blobs.rs` the bytes,
 //! `validate.rs` checks an input file, `lines.rs` runs one line,
@@ -47,17 +48,42 @@ pub struct Batches {
 }
 
 impl Batches {
-    /// Opens the store in `--batch-dir` (none given: no Batch API).
+    /// Opens the store: records in PostgreSQL (`--batch-database-url`) or
+    /// SQLite in `--batch-dir`, files in an object store
+    /// (`--batch-object-store-url`) or `--batch-dir`. None given: no Batch
+    /// API; half a cluster store without a directory is refused.
     pub fn open(config: &BatchConfig, metrics: Arc<Metrics>) -> Result<Option<Arc<Self>>, String> {
-        let Some(dir) = &config.batch_dir else {
+        if !config.enabled() {
+            if config.batch_database_url.is_some() || config.batch_object_store_url.is_some() {
+                return Err(
+                    "the Batch API's cluster store needs both --batch-database-url and \
+                            --batch-object-store-url (or --batch-dir for the other half)"
+                        .into(),
+                );
+            }
             return Ok(None);
+        }
+        if let Some(dir) = &config.batch_dir {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("--batch-dir {}: {e}", dir.display()))?;
+        }
+        let dir = || {
+            config
+                .batch_dir
+                .as_deref()
+                .expect("enabled() without both urls")
         };
-        std::fs::create_dir_all(dir).map_err(|e| format!("--batch-dir {}: {e}", dir.display()))?;
         // Unique per process: a restarted Ivy never mistakes an old lease
         // for its own.
         let holder = format!("{}-{}", std::process::id(), ids::new(""));
-        let store = Store::open(&dir.join("batches.sqlite3"), holder)?;
-        let blobs = Blobs::open(Path::new(dir))?;
+        let store = match &config.batch_database_url {
+            Some(url) => Store::open_postgres(url, holder)?,
+            None => Store::open_sqlite(&dir().join("batches.sqlite3"), holder)?,
+        };
+        let blobs = match &config.batch_object_store_url {
+            Some(url) => Blobs::open_object_store(url)?,
+            None => Blobs::open_dir(Path::new(dir()))?,
+        };
         Ok(Some(Arc::new(Self {
             store,
             blobs,

@@ -1,44 +1,23 @@
-//! The Batch API's records in SQLite: files, batches, the shards a batch
-//! is cut into (each leased to one Ivy at a time) and the checkpointed
-//! chunks of output. Every state change is one transaction, conditional on
-//! the lease it is made under, so a holder that lost its lease changes
-//! nothing. Several Ivy processes may share the database file (WAL, busy
-//! timeout). Calls run on the blocking pool.
+//! The Batch API's records: files, batches, the shards a batch is cut
+//! into (each leased to one Ivy at a time) and the checkpointed chunks of
+//! output, in SQLite (`--batch-dir`, one machine) or PostgreSQL
+//! (`--batch-database-url`, a cluster), one SQL text for both (`sql.rs`).
+//! Every state change is one transaction, conditional on the lease it is
+//! made under, so a holder that lost its lease changes nothing. Calls run
+//! on the blocking pool.
 
+mod postgres;
+pub mod sql;
+mod sqlite;
 mod work;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
-
+use self::postgres::Pg;
+use self::sql::{vals, Row, Sql};
 use super::clock::now_s;
 use crate::error::ApiError;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS files (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, filename TEXT NOT NULL, purpose TEXT NOT NULL,
-    bytes INTEGER NOT NULL, created_at INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS batches (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, endpoint TEXT NOT NULL, input_file_id TEXT NOT NULL,
-    completion_window TEXT NOT NULL, metadata TEXT, model TEXT, status TEXT NOT NULL, errors TEXT,
-    output_file_id TEXT, error_file_id TEXT,
-    created_at INTEGER NOT NULL, in_progress_at INTEGER, expires_at INTEGER NOT NULL,
-    finalizing_at INTEGER, completed_at INTEGER, failed_at INTEGER, expired_at INTEGER,
-    cancelling_at INTEGER, cancelled_at INTEGER,
-    total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,
-    failed INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
-    ending TEXT, holder TEXT, lease_until INTEGER, epoch INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS shards (
-    batch_id TEXT NOT NULL, shard INTEGER NOT NULL, byte_start INTEGER NOT NULL,
-    byte_end INTEGER NOT NULL, lines INTEGER NOT NULL, done_lines INTEGER NOT NULL DEFAULT 0,
-    holder TEXT, lease_until INTEGER, epoch INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (batch_id, shard));
-CREATE TABLE IF NOT EXISTS chunks (
-    batch_id TEXT NOT NULL, shard INTEGER NOT NULL, first_line INTEGER NOT NULL,
-    lines INTEGER NOT NULL, out_key TEXT, err_key TEXT,
-    PRIMARY KEY (batch_id, shard, first_line));
-";
 
 /// States a batch never leaves.
 pub const TERMINAL: [&str; 4] = ["completed", "failed", "expired", "cancelled"];
@@ -88,37 +67,37 @@ const BATCH_COLUMNS: &str = "id, endpoint, input_file_id, completion_window, met
     output_file_id, error_file_id, created_at, in_progress_at, expires_at, finalizing_at, completed_at, \
     failed_at, expired_at, cancelling_at, cancelled_at, total, completed, failed, input_tokens";
 
-fn batch_row(r: &Row) -> rusqlite::Result<BatchRow> {
+fn batch_row(r: &Row) -> Result<BatchRow, String> {
     let mut times = [None; 9];
     for (i, t) in times.iter_mut().enumerate() {
-        *t = r.get(10 + i)?;
+        *t = r.opt_int(10 + i)?;
     }
     Ok(BatchRow {
-        id: r.get(0)?,
-        endpoint: r.get(1)?,
-        input_file_id: r.get(2)?,
-        completion_window: r.get(3)?,
-        metadata: r.get(4)?,
-        model: r.get(5)?,
-        status: r.get(6)?,
-        errors: r.get(7)?,
-        output_file_id: r.get(8)?,
-        error_file_id: r.get(9)?,
+        id: r.text(0)?,
+        endpoint: r.text(1)?,
+        input_file_id: r.text(2)?,
+        completion_window: r.text(3)?,
+        metadata: r.opt_text(4)?,
+        model: r.opt_text(5)?,
+        status: r.text(6)?,
+        errors: r.opt_text(7)?,
+        output_file_id: r.opt_text(8)?,
+        error_file_id: r.opt_text(9)?,
         times,
-        total: r.get(19)?,
-        completed: r.get(20)?,
-        failed: r.get(21)?,
-        input_tokens: r.get(22)?,
+        total: r.int(19)?,
+        completed: r.int(20)?,
+        failed: r.int(21)?,
+        input_tokens: r.int(22)?,
     })
 }
 
-fn file_row(r: &Row) -> rusqlite::Result<FileRow> {
+fn file_row(r: &Row) -> Result<FileRow, String> {
     Ok(FileRow {
-        id: r.get(0)?,
-        filename: r.get(1)?,
-        purpose: r.get(2)?,
-        bytes: r.get(3)?,
-        created_at: r.get(4)?,
+        id: r.text(0)?,
+        filename: r.text(1)?,
+        purpose: r.text(2)?,
+        bytes: r.int(3)?,
+        created_at: r.int(4)?,
     })
 }
 
@@ -177,8 +156,14 @@ pub struct ShardSpan {
 }
 
 #[derive(Clone)]
+enum Db {
+    Sqlite(Arc<Mutex<rusqlite::Connection>>),
+    Postgres(Arc<Mutex<Pg>>),
+}
+
+#[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    db: Db,
     /// Who holds leases taken here (unique per process).
     pub holder: Arc<str>,
 }
@@ -188,29 +173,42 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 }
 
 impl Store {
-    pub fn open(path: &Path, holder: String) -> Result<Self, String> {
-        let conn = Connection::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
-            .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
-            .and_then(|()| conn.execute_batch(SCHEMA))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+    /// The embedded database: one SQLite file.
+    pub fn open_sqlite(path: &Path, holder: String) -> Result<Self, String> {
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            db: Db::Sqlite(Arc::new(Mutex::new(sqlite::open(path)?))),
             holder: holder.into(),
         })
     }
 
-    /// Runs `f` on the connection, off the async threads.
+    /// The cluster's: PostgreSQL at `url`.
+    pub fn open_postgres(url: &str, holder: String) -> Result<Self, String> {
+        // The blocking client runs a runtime of its own, which may not start
+        // on a thread that drives Ivy's.
+        let pg = std::thread::scope(|s| s.spawn(|| Pg::open(url)).join())
+            .map_err(|_| "--batch-database-url: connecting panicked".to_string())??;
+        Ok(Self {
+            db: Db::Postgres(Arc::new(Mutex::new(pg))),
+            holder: holder.into(),
+        })
+    }
+
+    /// Runs `f` in one transaction, off the async threads.
     async fn call<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection, &str) -> rusqlite::Result<R> + Send + 'static,
+        f: impl FnOnce(&mut dyn Sql, &str) -> Result<R, String> + Send + 'static,
     ) -> Result<R, ApiError> {
-        let conn = Arc::clone(&self.conn);
+        let db = self.db.clone();
         let holder = Arc::clone(&self.holder);
-        tokio::task::spawn_blocking(move || {
-            let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
-            f(&mut c, &holder)
+        tokio::task::spawn_blocking(move || match db {
+            Db::Sqlite(conn) => {
+                let mut c = conn.lock().unwrap_or_else(|p| p.into_inner());
+                sqlite::run(&mut c, |tx| f(tx, &holder))
+            }
+            Db::Postgres(pg) => {
+                let mut pg = pg.lock().unwrap_or_else(|p| p.into_inner());
+                pg.run(|tx| f(tx, &holder))
+            }
         })
         .await
         .map_err(internal)?
@@ -219,9 +217,9 @@ impl Store {
 
     pub async fn add_file(&self, owner: String, row: FileRow) -> Result<(), ApiError> {
         self.call(move |c, _| {
-            c.execute(
+            c.exec(
                 "INSERT INTO files (id, owner, filename, purpose, bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![row.id, owner, row.filename, row.purpose, row.bytes, row.created_at],
+                vals![row.id, owner, row.filename, row.purpose, row.bytes, row.created_at],
             )
             .map(drop)
         })
@@ -230,12 +228,13 @@ impl Store {
 
     pub async fn file(&self, owner: String, id: String) -> Result<Option<FileRow>, ApiError> {
         self.call(move |c, _| {
-            c.query_row(
+            c.row(
                 "SELECT id, filename, purpose, bytes, created_at FROM files WHERE id = ?1 AND owner = ?2",
-                params![id, owner],
-                file_row,
-            )
-            .optional()
+                vals![id, owner],
+            )?
+            .as_ref()
+            .map(file_row)
+            .transpose()
         })
         .await
     }
@@ -254,13 +253,14 @@ impl Store {
             let (cmp, order) = if asc { (">", "ASC") } else { ("<", "DESC") };
             let sql = format!(
                 "SELECT id, filename, purpose, bytes, created_at FROM files WHERE owner = ?1 \
-                 AND (?2 IS NULL OR purpose = ?2) \
-                 AND (?3 IS NULL OR rowid {cmp} (SELECT rowid FROM files WHERE id = ?3)) \
+                 AND (CAST(?2 AS TEXT) IS NULL OR purpose = ?2) \
+                 AND (CAST(?3 AS TEXT) IS NULL OR rowid {cmp} (SELECT rowid FROM files WHERE id = ?3)) \
                  ORDER BY rowid {order} LIMIT ?4"
             );
-            let mut st = c.prepare(&sql)?;
-            let rows = st.query_map(params![owner, purpose, after, limit + 1], file_row)?;
-            rows.collect()
+            c.rows(&sql, vals![owner, purpose, after, limit + 1])?
+                .iter()
+                .map(file_row)
+                .collect()
         })
         .await
     }
@@ -273,23 +273,18 @@ impl Store {
         id: String,
     ) -> Result<Result<bool, String>, ApiError> {
         self.call(move |c, _| {
-            let tx = c.transaction()?;
-            let busy: Option<String> = tx
-                .query_row(
-                    "SELECT id FROM batches WHERE input_file_id = ?1 AND status NOT IN \
-                     ('completed', 'failed', 'expired', 'cancelled') LIMIT 1",
-                    params![id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(batch) = busy {
-                return Ok(Err(batch));
-            }
-            let n = tx.execute(
-                "DELETE FROM files WHERE id = ?1 AND owner = ?2",
-                params![id, owner],
+            let busy = c.row(
+                "SELECT id FROM batches WHERE input_file_id = ?1 AND status NOT IN \
+                 ('completed', 'failed', 'expired', 'cancelled') LIMIT 1",
+                vals![&id],
             )?;
-            tx.commit()?;
+            if let Some(batch) = busy {
+                return Ok(Err(batch.text(0)?));
+            }
+            let n = c.exec(
+                "DELETE FROM files WHERE id = ?1 AND owner = ?2",
+                vals![id, owner],
+            )?;
             Ok(Ok(n == 1))
         })
         .await
@@ -298,11 +293,11 @@ impl Store {
     pub async fn add_batch(&self, b: NewBatch) -> Result<(), ApiError> {
         self.call(move |c, _| {
             let now = now_s();
-            c.execute(
+            c.exec(
                 "INSERT INTO batches (id, owner, endpoint, input_file_id, completion_window, metadata, status, \
                  created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'validating', ?7, ?8)",
-                params![b.id, b.owner, b.endpoint, b.input_file_id, b.completion_window, b.metadata, now,
-                        now + b.window_s],
+                vals![b.id, b.owner, b.endpoint, b.input_file_id, b.completion_window, b.metadata, now,
+                      now + b.window_s],
             )
             .map(drop)
         })
@@ -311,12 +306,13 @@ impl Store {
 
     pub async fn batch(&self, owner: String, id: String) -> Result<Option<BatchRow>, ApiError> {
         self.call(move |c, _| {
-            c.query_row(
+            c.row(
                 &format!("SELECT {BATCH_COLUMNS} FROM batches WHERE id = ?1 AND owner = ?2"),
-                params![id, owner],
-                batch_row,
-            )
-            .optional()
+                vals![id, owner],
+            )?
+            .as_ref()
+            .map(batch_row)
+            .transpose()
         })
         .await
     }
@@ -329,13 +325,17 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<BatchRow>, ApiError> {
         self.call(move |c, _| {
-            let mut st = c.prepare(&format!(
-                "SELECT {BATCH_COLUMNS} FROM batches WHERE owner = ?1 \
-                 AND (?2 IS NULL OR rowid < (SELECT rowid FROM batches WHERE id = ?2)) \
-                 ORDER BY rowid DESC LIMIT ?3"
-            ))?;
-            let rows = st.query_map(params![owner, after, limit + 1], batch_row)?;
-            rows.collect()
+            c.rows(
+                &format!(
+                    "SELECT {BATCH_COLUMNS} FROM batches WHERE owner = ?1 \
+                     AND (CAST(?2 AS TEXT) IS NULL OR rowid < (SELECT rowid FROM batches WHERE id = ?2)) \
+                     ORDER BY rowid DESC LIMIT ?3"
+                ),
+                vals![owner, after, limit + 1],
+            )?
+            .iter()
+            .map(batch_row)
+            .collect()
         })
         .await
     }
@@ -348,27 +348,23 @@ impl Store {
         id: String,
     ) -> Result<Option<Result<(), String>>, ApiError> {
         self.call(move |c, _| {
-            let tx = c.transaction()?;
-            let status: Option<(String, Option<String>)> = tx
-                .query_row(
-                    "SELECT status, ending FROM batches WHERE id = ?1 AND owner = ?2",
-                    params![id, owner],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
-                .optional()?;
-            let Some((status, ending)) = status else {
+            let Some(row) = c.row(
+                "SELECT status, ending FROM batches WHERE id = ?1 AND owner = ?2{lock}",
+                vals![&id, owner],
+            )?
+            else {
                 return Ok(None);
             };
+            let (status, ending) = (row.text(0)?, row.opt_text(1)?);
             if TERMINAL.contains(&status.as_str()) || status == "finalizing" || ending.is_some() {
                 return Ok(Some(Err(status)));
             }
             if status != "cancelling" {
-                tx.execute(
+                c.exec(
                     "UPDATE batches SET status = 'cancelling', cancelling_at = ?2 WHERE id = ?1",
-                    params![id, now_s()],
+                    vals![id, now_s()],
                 )?;
             }
-            tx.commit()?;
             Ok(Some(Ok(())))
         })
         .await
@@ -377,11 +373,13 @@ impl Store {
     /// What a batch reads: its endpoint and its input file.
     pub async fn source(&self, id: String) -> Result<(String, String), ApiError> {
         self.call(move |c, _| {
-            c.query_row(
-                "SELECT endpoint, input_file_id FROM batches WHERE id = ?1",
-                params![id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            let row = c
+                .row(
+                    "SELECT endpoint, input_file_id FROM batches WHERE id = ?1",
+                    vals![id],
+                )?
+                .ok_or("the batch is gone")?;
+            Ok((row.text(0)?, row.text(1)?))
         })
         .await
     }

@@ -12,11 +12,27 @@ use super::seconds::parse_seconds;
 #[derive(Debug, Clone, Args)]
 pub struct BatchConfig {
     /// Directory of the Batch API's embedded store: batches in SQLite
-    /// (`batches.sqlite3`) and files under `files/`. Unset, the Batch API's
-    /// routes answer 404 saying so. Several Ivy processes may share it (on
-    /// one machine's disk): each takes work under a lease.
+    /// (`batches.sqlite3`) and files under `files/`. Unset (and no cluster
+    /// store given), the Batch API's routes answer 404 saying so. Several
+    /// Ivy processes may share it (on one machine's disk): each takes work
+    /// under a lease.
     #[arg(long, env = "IVY_BATCH_DIR")]
     pub batch_dir: Option<PathBuf>,
+
+    /// PostgreSQL for the Batch API's records instead of SQLite
+    /// (`postgres://user:password@host:5432/database`), so Ivy replicas on
+    /// many machines share the work. With --batch-object-store-url it needs
+    /// no --batch-dir. Plain TCP: no TLS to the database.
+    #[arg(long, env = "IVY_BATCH_DATABASE_URL", hide_env_values = true)]
+    pub batch_database_url: Option<String>,
+
+    /// An S3-compatible object store for the Batch API's files instead of
+    /// --batch-dir (`s3://bucket` or `s3://bucket/prefix`); credentials,
+    /// region and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ENDPOINT_URL (and AWS_ALLOW_HTTP=true for a
+    /// plain-HTTP endpoint).
+    #[arg(long, env = "IVY_BATCH_OBJECT_STORE_URL")]
+    pub batch_object_store_url: Option<String>,
 
     /// Largest file `POST /v1/files` accepts, in bytes (OpenAI's bound for
     /// batch input is 200 MB); refused with 413 before it is stored.
@@ -44,4 +60,31 @@ pub struct BatchConfig {
     /// still serve).
     #[arg(long, env = "IVY_BATCH_CONCURRENCY", default_value_t = 64)]
     pub batch_concurrency: usize,
+}
+
+impl BatchConfig {
+    /// Whether a store is configured (the Batch API is on).
+    pub fn enabled(&self) -> bool {
+        self.batch_dir.is_some()
+            || (self.batch_database_url.is_some() && self.batch_object_store_url.is_some())
+    }
+
+    /// How the store is kept, for the start-up line (no secrets).
+    pub fn describe(&self) -> String {
+        let records = if self.batch_database_url.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        };
+        let files = if self.batch_object_store_url.is_some() {
+            "object-store"
+        } else {
+            "dir"
+        };
+        if self.enabled() {
+            format!("{records}+{files}")
+        } else {
+            "off".into()
+        }
+    }
 }

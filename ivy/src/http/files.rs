@@ -6,13 +6,11 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{Multipart, Path, Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
 
 use super::respond::{finish, json, to_json, Api};
 use crate::batch::{ids, objects, store::FileRow, Batches};
@@ -27,7 +25,7 @@ const MAX_FILENAME: usize = 255;
 pub fn batches(state: &AppState) -> Result<Arc<Batches>, ApiError> {
     state.batches.clone().ok_or_else(|| {
         ApiError::RouteNotFound(
-            "the Batch API is off on this Ivy: start it with --batch-dir (IVY_BATCH_DIR)".into(),
+            "the Batch API is off on this Ivy: start it with --batch-dir (IVY_BATCH_DIR), or --batch-database-url and --batch-object-store-url".into(),
         )
     })
 }
@@ -77,21 +75,21 @@ pub async fn upload(
     finish(&state, Api::OpenAi, "files", result)
 }
 
-/// Streams the form to a temporary file, bounded, then moves it into place.
+/// Streams the form's file into the store, bounded; kept only once the
+/// whole form is read and valid.
 async fn receive(b: &Batches, mut form: Multipart) -> Result<FileRow, ApiError> {
     let limit = b.config.batch_max_file_bytes;
-    let temp = b.blobs.temp_path();
+    let id = ids::new(ids::FILE);
     let mut purpose = None;
     let mut file: Option<(String, u64)> = None;
+    let mut upload = None;
     let outcome = async {
         while let Some(mut field) = form.next_field().await.map_err(malformed)? {
             match field.name() {
                 Some("purpose") => purpose = Some(field.text().await.map_err(malformed)?),
-                Some("file") => {
+                Some("file") if upload.is_none() => {
                     let name = field.file_name().unwrap_or("upload.jsonl").to_string();
-                    let mut out = tokio::fs::File::create(&temp)
-                        .await
-                        .map_err(|e| ApiError::Internal(format!("batch files: {e}")))?;
+                    let out = upload.insert(b.blobs.upload(&id).await?);
                     let mut n = 0u64;
                     while let Some(chunk) = field.chunk().await.map_err(malformed)? {
                         n += chunk.len() as u64;
@@ -100,15 +98,11 @@ async fn receive(b: &Batches, mut form: Multipart) -> Result<FileRow, ApiError> 
                                 "the file is larger than {limit} bytes (Ivy's --batch-max-file-bytes); split it"
                             )));
                         }
-                        out.write_all(&chunk)
-                            .await
-                            .map_err(|e| ApiError::Internal(format!("batch files: {e}")))?;
+                        out.write(&chunk).await?;
                     }
-                    out.sync_all()
-                        .await
-                        .map_err(|e| ApiError::Internal(format!("batch files: {e}")))?;
                     file = Some((name, n));
                 }
+                Some("file") => return Err(ApiError::schema("file", "the form has two `file` fields")),
                 _ => {}
             }
         }
@@ -125,10 +119,11 @@ async fn receive(b: &Batches, mut form: Multipart) -> Result<FileRow, ApiError> 
             }
             None => return Err(ApiError::schema("purpose", "the form has no `purpose` field (\"batch\")")),
         }
-        let id = ids::new(ids::FILE);
-        b.blobs.commit_file(&temp, &id).await?;
+        if let Some(u) = upload.take() {
+            u.commit().await?;
+        }
         Ok(FileRow {
-            id,
+            id: id.clone(),
             filename: cut(&name, MAX_FILENAME),
             purpose: "batch".into(),
             bytes: bytes as i64,
@@ -136,8 +131,8 @@ async fn receive(b: &Batches, mut form: Multipart) -> Result<FileRow, ApiError> 
         })
     }
     .await;
-    if outcome.is_err() {
-        let _ = tokio::fs::remove_file(&temp).await;
+    if let Some(u) = upload {
+        u.abort().await;
     }
     outcome
 }
@@ -236,11 +231,7 @@ pub async fn content(
     let result = async {
         let b = batches(&state)?;
         let f = owned_file(&b, &owner, &id).await?;
-        let file = tokio::fs::File::open(b.blobs.file_path(&f.id))
-            .await
-            .map_err(|e| ApiError::Internal(format!("batch files: {e}")))?;
-        let mut response =
-            Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
+        let mut response = b.blobs.stream(&f.id).await?.into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),

@@ -289,6 +289,46 @@ Tulip instead of resolving the headless Service. */}}
     - name: IVY_TLS_KEY
       value: /etc/ivy-tls/tls.key
     {{- end }}
+    {{- with $i.batch }}
+    {{- if .enabled }}
+    # The Batch API on the cluster store every Ivy pod shares.
+    - name: IVY_BATCH_DATABASE_URL
+      valueFrom:
+        secretKeyRef:
+          name: {{ .databaseUrlSecret }}
+          key: {{ .databaseUrlKey }}
+    - name: IVY_BATCH_OBJECT_STORE_URL
+      value: {{ .objectStoreUrl | quote }}
+    {{- with .objectStoreEndpoint }}
+    - name: AWS_ENDPOINT_URL
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with .objectStoreRegion }}
+    - name: AWS_REGION
+      value: {{ . | quote }}
+    {{- end }}
+    {{- if .objectStoreAllowHttp }}
+    - name: AWS_ALLOW_HTTP
+      value: "true"
+    {{- end }}
+    {{- with .objectStoreCredentialsSecret }}
+    {{- range $var := list "AWS_ACCESS_KEY_ID" "AWS_SECRET_ACCESS_KEY" }}
+    - name: {{ $var }}
+      valueFrom:
+        secretKeyRef:
+          name: {{ $.ctx.Values.ivy.batch.objectStoreCredentialsSecret }}
+          key: {{ $var }}
+    {{- end }}
+    {{- end }}
+    {{- $b := . }}
+    {{- range $key, $var := dict "maxFileBytes" "IVY_BATCH_MAX_FILE_BYTES" "maxLines" "IVY_BATCH_MAX_LINES" "shardLines" "IVY_BATCH_SHARD_LINES" "leaseSeconds" "IVY_BATCH_LEASE" "concurrency" "IVY_BATCH_CONCURRENCY" }}
+    {{- if not (kindIs "invalid" (index $b $key)) }}
+    - name: {{ $var }}
+      value: {{ index $b $key | quote }}
+    {{- end }}
+    {{- end }}
+    {{- end }}
+    {{- end }}
     {{- with include "tulip-rose.ivyApiKeySecret" $ctx }}
     - name: IVY_API_KEY
       valueFrom:
@@ -405,6 +445,11 @@ Tulip instead of resolving the headless Service. */}}
 {{- end }}
 {{- if and (or $a.keda.enabled $a.hpa.enabled) .Values.pools }}
 {{- fail "tulip.autoscaling sizes one Tulip pool; with several model pools (pools) scale them with tulip.replicas for now" }}
+{{- end }}
+{{- with .Values.ivy.batch }}
+{{- if and .enabled (or (not .databaseUrlSecret) (not .objectStoreUrl)) }}
+{{- fail "ivy.batch.enabled needs ivy.batch.databaseUrlSecret and ivy.batch.objectStoreUrl: Ivy pods share the Batch API's work through PostgreSQL and an S3-compatible bucket" }}
+{{- end }}
 {{- end }}
 {{- if lt (int $a.maxReplicas) (int $a.minReplicas) }}
 {{- fail (printf "tulip.autoscaling.maxReplicas (%v) must be at least minReplicas (%v)" $a.maxReplicas $a.minReplicas) }}
