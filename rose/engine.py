@@ -99,15 +99,28 @@ class Engine:
         """The runtimes that take token buckets over once built and gated."""
         return [r for r in self.runner.runtimes if isinstance(r, GatedRuntime)]
 
-    def warm(self, timeout: float = 900.0) -> dict[str, dict[int, str]]:
+    def warm(self, timeout: float = 900.0, cached_only: bool = False) -> dict[str, dict[int, str]]:
         """Builds every gated runtime and gates each of its buckets now, on
         synthetic steps (for operators who prefer paying the builds at
-        start-up, and benchmarks); each runtime's buckets' states by name."""
+        start-up, and benchmarks); each runtime's buckets' states by name.
+        ``cached_only``: only the runtimes built from the cache alone
+        (``GatedRuntime.cached``: opening a stored export and gating its
+        buckets, a fraction of a second for a small model), so that a
+        restart serves its first query on them; the others stay lazy."""
         out = {}
         for runtime in self.gated():
+            if cached_only and not runtime.cached():
+                continue
             self._warm(runtime, timeout)
             out[runtime.name] = {b: runtime.state(b).value for b in runtime.settings.buckets()}
         return out
+
+    def cpu_readiness(self) -> dict[str, dict[str, int]]:
+        """Each gated runtime's buckets by state (cold, pending: building
+        or gating, ready, failed: refused by the gate or not buildable),
+        by the runtime's step label; {} without one. Read by a host at any
+        time (Tulip's metrics and Info)."""
+        return {runtime.name: runtime.counts() for runtime in self.gated()}
 
     def _warm(self, runtime: GatedRuntime, timeout: float) -> None:
         span = max(min(1000, self.info.vocab_size - 5), 1)

@@ -186,10 +186,12 @@ def parser() -> argparse.ArgumentParser:
            help="the CPU fast path's ONNX Runtime threads spin between a step's operators and stop when "
                 "the step returns (one wake-up per step instead of one per operator, but they hold the cores "
                 "meanwhile); false = they sleep whenever they wait")
-    p.flag("--cpu-fast-path-warm", type=parse_bool, default=False,
-           help="build the CPU fast path (and its int8 copy) and the bfloat16 twin and gate every bucket at "
+    p.flag("--cpu-fast-path-warm", type=parse_auto_bool, default=None,
+           help="true = build the CPU fast path (and its int8 copy) and the bfloat16 twin and gate every bucket at "
                 "start-up (the twin's up to --max-batch-tokens), before serving, instead of in the background on "
-                "first use")
+                "first use; auto = only the copies already in --cache-dir (opened and gated before serving, so "
+                "the first query runs on them; nothing exported at start); false = every bucket on first use",
+           shown="auto")
     p.flag("--cache-dir", default="", shown="$XDG_CACHE_HOME/tulip-rose, else ~/.cache/tulip-rose",
            help="folder of the CPU fast path's exports, one per model, weights and versions, so a restart loads "
                 "the last one instead of exporting again (docs/operations.md); not writable: the fast path is off")
@@ -332,9 +334,13 @@ def _load_engine(args, model: str, log):
                 raise ValueError(f"--lora {name}={path}: {e}") from e
         if args.capture:
             engine.capture([c.strip() for c in args.capture.split(",") if c.strip()])
-        if args.cpu_fast_path_warm and args.device != "sim":
-            for name, states in engine.warm().items():
-                log.info("%s buckets: %s", name, ", ".join(f"{b} tokens {s}" for b, s in states.items()))
+        if args.cpu_fast_path_warm is not False and args.device != "sim":
+            # auto: what the cache holds is opened and gated before serving
+            # (the first query runs on it); nothing is exported here.
+            cached_only = args.cpu_fast_path_warm is None
+            for name, states in engine.warm(cached_only=cached_only).items():
+                log.info("%s buckets%s: %s", name, " (from the cache)" if cached_only else "",
+                         ", ".join(f"{b} tokens {s}" for b, s in states.items()))
     except (RoseError, ValueError) as e:
         log.error("cannot load model: %s", e)
         raise _Refused from e

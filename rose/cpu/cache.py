@@ -132,6 +132,10 @@ class ExportCache:
     def entry(self, key: str) -> Path:
         return self.root / f"onnx-{key}"
 
+    def has(self, key: str) -> bool:
+        """Whether the complete entry of ``key`` is here (not marked as used)."""
+        return (self.entry(key) / META).is_file()
+
     def lookup(self, key: str) -> Path | None:
         """The complete entry of ``key``, marked as just used, or None."""
         entry = self.entry(key)

@@ -157,8 +157,19 @@ class GatedRuntime(abc.ABC, Generic[R]):
         return self._states.get(bucket, State.COLD)
 
     def counts(self) -> dict[str, int]:
+        """Buckets by state: those its settings list (``buckets()``, what
+        warming reaches) and any other a step has reached; what Tulip's
+        metrics and ``Info`` show (``Engine.cpu_readiness``)."""
         with self._lock:
-            return {s.value: 0 for s in State} | Counter(s.value for s in self._states.values())
+            seen = Counter(s.value for s in self._states.values())
+            cold = sum(1 for b in self.settings.buckets() if b not in self._states)
+        return {s.value: 0 for s in State} | seen | {State.COLD.value: cold}
+
+    def cached(self) -> bool:
+        """Whether the runtime would be built from what is on disk alone,
+        with nothing exported or converted (start-up warms such a runtime
+        by default: ``Engine.warm(cached_only=True)``)."""
+        return False
 
     def run(self, batch: Batch) -> LazyTensor | None:
         """The step's output when its bucket is ready, else None (a

@@ -104,6 +104,9 @@ class OnnxInt8Runtime(OnnxRuntime):
     def __init__(self, ctx: Context, settings: Int8Settings | None = None):
         super().__init__(ctx, settings or Int8Settings())
 
+    def cache_key(self) -> str:
+        return export_key(self.model_dir, {**self.settings.plan(), **self.settings.recipe()})[0]
+
     def _load(self):
         return int8_session(self.model_dir, self.settings)
 

@@ -150,6 +150,13 @@ class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untype
             return None
         return self.settings.bucket(batch.layout.tokens)
 
+    def cached(self) -> bool:
+        return self.settings.cache().has(self.cache_key())
+
+    def cache_key(self) -> str:
+        """The key of the cache entry this runtime's session is opened from."""
+        return export_key(self.model_dir, self.settings.plan())[0]
+
     def _load(self):
         # The serving model's layers are packed for oneDNN and bound to the
         # serving attention backend: a fresh copy is exported.

@@ -154,17 +154,27 @@ def _onnxruntime_loaded(pid: int) -> bool:
     return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
 
 
-def _onnx_steps(tulip: Tulip) -> float:
+def _onnx_steps(tulip: Tulip, mode: str = "onnx") -> float:
     for line in tulip.metrics().splitlines():
-        if line.startswith('tulip_steps_total{mode="onnx"}'):
+        if line.startswith(f'tulip_steps_total{{mode="{mode}"}}'):
             return float(line.split()[1])
     return 0.0
 
 
+def _buckets(tulip: Tulip) -> dict[str, int]:
+    """The fast path's buckets by state, from /metrics."""
+    prefix = 'tulip_cpu_fast_path_buckets{runtime="onnx",state="'
+    return {line[len(prefix):].split('"')[0]: int(float(line.split()[1]))
+            for line in tulip.metrics().splitlines() if line.startswith(prefix)}
+
+
 def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
     """Served: with the fast path warmed at start-up a query's step runs on
-    ONNX Runtime and matches sentence-transformers; with it off no step is, and
-    ONNX Runtime is never loaded into the process."""
+    ONNX Runtime and matches sentence-transformers, and its buckets show as
+    ready in the metrics and in Info; restarted over the export the first
+    left in the cache (``--cpu-fast-path-warm`` auto, the default), its
+    first query runs on ONNX Runtime too; with it off no step is, and ONNX
+    Runtime is never loaded into the process."""
     texts = ["how long does sourdough take to rise", "What is an embedding?"]
     seqs = st_inputs(st_minilm, texts)
     want = st_minilm.encode(texts, convert_to_tensor=True).float()
@@ -172,6 +182,13 @@ def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
                cpu_fast_path_max_tokens=64, timeout=900)
     off = Tulip(minilm_dir, log_dir=log_dir)  # the test default: --cpu-fast-path false
     try:
+        ready = {"cold": 0, "pending": 0, "ready": 3, "failed": 0}  # 16, 32, 64
+        assert _buckets(on) == ready
+        with on.client() as c:
+            assert [(r.name, r.ready, r.cold) for r in c.info().cpu_runtimes] == [("onnx", 3, 0)]
+        with off.client() as c:
+            assert list(c.info().cpu_runtimes) == []
+        assert _buckets(off) == {}
         for tulip, onnx in ((on, True), (off, False)):
             with tulip.client() as c:
                 for i, s in enumerate(seqs):
@@ -182,6 +199,14 @@ def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
     finally:
         on.stop()
         off.stop()
+    again = Tulip(minilm_dir, log_dir=log_dir, cpu_fast_path="true", cpu_fast_path_max_tokens=64, timeout=900)
+    try:
+        assert _buckets(again) == ready  # opened and gated from the cache before serving
+        with again.client() as c:
+            c.embed(seqs[:1])
+        assert (_onnx_steps(again), _onnx_steps(again, "eager")) == (1, 0)
+    finally:
+        again.stop()
 
 
 def test_warm_splits_buckets_longer_than_the_model_input(tmp_path):

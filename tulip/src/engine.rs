@@ -3,13 +3,16 @@
 //! `Python::attach`) on the scheduler thread; Python exceptions become typed
 //! errors here, once.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyString};
 
 use crate::error::TulipError;
-use crate::metrics::Mode;
+use crate::metrics::{BucketState, CpuBuckets, Mode};
 use crate::model::{Adapter, Kind, ModelInfo};
 
 /// One batch as the engine's int32 arena (see `rose/interface.py`, class
@@ -125,6 +128,9 @@ pub struct EngineHandle {
     invalid_batch: Py<PyAny>,
     /// Every label a step may report (`engine.info.step_modes`).
     modes: Vec<Mode>,
+    /// Whether the engine has CPU runtimes gated per bucket (read at start:
+    /// without them, readiness never takes the GIL).
+    cpu_runtimes: bool,
 }
 
 impl EngineHandle {
@@ -143,11 +149,68 @@ impl EngineHandle {
             })?
             .extract()?;
         let modes = Mode::declare(&names).map_err(PyValueError::new_err)?;
-        Ok(Self {
+        let mut handle = Self {
             engine,
             invalid_batch,
             modes,
-        })
+            cpu_runtimes: true,
+        };
+        // A runtime whose name is not a declared mode is refused here too.
+        handle.cpu_runtimes = !handle.cpu_readiness(py)?.is_empty();
+        Ok(handle)
+    }
+
+    /// Each CPU runtime's token buckets by state (`engine.cpu_readiness()`:
+    /// a dict of runtime name → state name → count), in step-mode order;
+    /// none for an engine without them.
+    pub fn cpu_readiness(&self, py: Python<'_>) -> PyResult<Vec<CpuBuckets>> {
+        let engine = self.engine.bind(py);
+        if !self.cpu_runtimes || !engine.hasattr(intern!(py, "cpu_readiness"))? {
+            return Ok(Vec::new());
+        }
+        let read: HashMap<String, HashMap<String, u32>> = engine
+            .call_method0(intern!(py, "cpu_readiness"))?
+            .extract()?;
+        if let Some(name) = read.keys().find(|n| Mode::find(&self.modes, n).is_none()) {
+            return Err(PyValueError::new_err(format!(
+                "CPU runtime {name:?} is not a declared step mode (ModelInfo.step_modes)"
+            )));
+        }
+        Ok(self
+            .modes
+            .iter()
+            .filter_map(|&mode| {
+                let states = read.get(mode.as_str())?;
+                let counts = BucketState::ALL.map(|s| states.get(s.as_str()).copied().unwrap_or(0));
+                Some(CpuBuckets {
+                    runtime: mode,
+                    counts,
+                })
+            })
+            .collect())
+    }
+
+    /// `cpu_readiness` for an async task (a scrape, an `Info` call): the
+    /// GIL is taken on a blocking thread, never on the reactor, since a
+    /// step may hold it for its Python. Empty when it cannot be read.
+    pub async fn cpu_readiness_off_reactor(self: &Arc<Self>) -> Vec<CpuBuckets> {
+        if !self.cpu_runtimes {
+            return Vec::new();
+        }
+        let engine = Arc::clone(self);
+        let read =
+            tokio::task::spawn_blocking(move || Python::attach(|py| engine.cpu_readiness(py)));
+        match read.await {
+            Ok(Ok(runtimes)) => runtimes,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "engine.cpu_readiness failed");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the CPU runtimes' readiness failed");
+                Vec::new()
+            }
+        }
     }
 
     /// The step modes the engine declared, in its order.

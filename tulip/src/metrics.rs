@@ -143,6 +143,61 @@ pub struct ModeLabel {
     pub mode: Mode,
 }
 
+/// Where a CPU runtime's token bucket stands (rose/cpu/gated.py's `State`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum BucketState {
+    /// Not reached yet.
+    Cold,
+    /// Being built and gated in the background.
+    Pending,
+    /// Its steps run on the runtime.
+    Ready,
+    /// Refused by the gate, or the runtime cannot be built: float32 for good.
+    Failed,
+}
+
+impl BucketState {
+    /// In declaration order: `state as usize` indexes `CpuBuckets::counts`.
+    pub const ALL: [Self; 4] = [Self::Cold, Self::Pending, Self::Ready, Self::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cold => "cold",
+            Self::Pending => "pending",
+            Self::Ready => "ready",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl EncodeLabelValue for BucketState {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BucketLabel {
+    pub runtime: Mode,
+    pub state: BucketState,
+}
+
+/// One CPU runtime's token buckets by state (`engine.cpu_readiness()`),
+/// the runtime named by its declared step mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuBuckets {
+    pub runtime: Mode,
+    /// Counts in `BucketState::ALL`'s order.
+    pub counts: [u32; 4],
+}
+
+impl CpuBuckets {
+    pub fn count(&self, state: BucketState) -> u32 {
+        self.counts[state as usize]
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<CodeLabel, Counter>,
@@ -172,6 +227,7 @@ pub struct Metrics {
     pub class_inflight_tokens: Family<ClassLabel, Gauge>,
     pub class_backlog_seconds: Family<ClassLabel, Gauge<f64, AtomicU64>>,
     pub capacity_tokens_per_second: Gauge<f64, AtomicU64>,
+    pub cpu_buckets: Family<BucketLabel, Gauge>,
 }
 
 /// A metric of any type behind one box, so that `Metrics::new` registers
@@ -234,12 +290,13 @@ impl Metrics {
             class_inflight_tokens: Family::default(),
             class_backlog_seconds: Family::default(),
             capacity_tokens_per_second: Gauge::default(),
+            cpu_buckets: Family::default(),
             registry: Registry::default(),
         };
         // Name, help and metric (its kind and labels come from its type),
         // in exposition order; one row a metric, so rustfmt leaves it be.
         #[rustfmt::skip]
-        let table: [(&str, &str, Box<dyn Metric>); 27] = [
+        let table: [(&str, &str, Box<dyn Metric>); 28] = [
             ("tulip_requests", "Embed requests by gRPC status", Box::new(m.requests.clone())),
             ("tulip_request_duration_seconds", "Embed request time in Tulip", Box::new(m.request_seconds.clone())),
             ("tulip_queue_duration_seconds", "Time from arrival until a request's last sequence was batched", Box::new(m.queue_seconds.clone())),
@@ -267,6 +324,7 @@ impl Metrics {
             ("tulip_class_inflight_tokens", "Tokens in launched steps not yet completed, by priority class", Box::new(m.class_inflight_tokens.clone())),
             ("tulip_capacity_tokens_per_second", "Measured capacity: tokens finished per second of busy engine time (moving average)", Box::new(m.capacity_tokens_per_second.clone())),
             ("tulip_class_backlog_seconds", "Outstanding tokens (waiting + in flight) / capacity, by priority class: seconds of work held", Box::new(m.class_backlog_seconds.clone())),
+            ("tulip_cpu_fast_path_buckets", "Token buckets of the CPU's gated runtimes (the step modes onnx, onnx_int8, bf16) by state: cold (not reached), pending (building and gating), ready (steps run on it), failed (refused by the gate or not buildable)", Box::new(m.cpu_buckets.clone())),
         ];
         for (name, help, metric) in table {
             r.register(name, help, Registered(metric));
@@ -305,6 +363,20 @@ impl Metrics {
                 .set(b.seconds(class));
         }
         self.capacity_tokens_per_second.set(b.capacity);
+    }
+
+    /// The CPU runtimes' buckets, read at scrape time; every state of a
+    /// runtime has a series, so a ratio never lacks one.
+    pub fn set_cpu_buckets(&self, runtimes: &[CpuBuckets]) {
+        for r in runtimes {
+            for (state, count) in BucketState::ALL.into_iter().zip(r.counts) {
+                let label = BucketLabel {
+                    runtime: r.runtime,
+                    state,
+                };
+                self.cpu_buckets.get_or_create(&label).set(i64::from(count));
+            }
+        }
     }
 
     /// Prometheus text exposition (OpenMetrics).
@@ -346,6 +418,22 @@ mod tests {
             text.contains("tulip_request_duration_seconds_count 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn cpu_buckets_have_every_state() {
+        let m = Metrics::new();
+        let modes = Mode::declare(&["onnx".into(), "eager".into()]).unwrap();
+        m.set_cpu_buckets(&[CpuBuckets {
+            runtime: modes[0],
+            counts: [1, 0, 4, 0],
+        }]);
+        let text = m.render();
+        for (state, n) in [("cold", 1), ("pending", 0), ("ready", 4), ("failed", 0)] {
+            let line =
+                format!("tulip_cpu_fast_path_buckets{{runtime=\"onnx\",state=\"{state}\"}} {n}");
+            assert!(text.contains(&line), "{text}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
+use crate::engine::EngineHandle;
 use crate::metrics::Metrics;
 use crate::queue::Pool;
 
@@ -17,6 +18,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     pool: Arc<Pool>,
+    engine: Arc<EngineHandle>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let app = Router::new()
@@ -24,12 +26,14 @@ pub async fn serve(
             "/metrics",
             get(move || {
                 let m = Arc::clone(&metrics);
+                let engine = Arc::clone(&engine);
                 m.set_backlog(&pool.backlog());
                 // Read now: the threads finishing steps set these gauges
                 // from reads that can land out of order (one stale).
                 m.inflight_steps.set(pool.inflight() as i64);
                 m.queued_sequences.set(pool.queued_sequences() as i64);
                 async move {
+                    m.set_cpu_buckets(&engine.cpu_readiness_off_reactor().await);
                     (
                         [(
                             header::CONTENT_TYPE,

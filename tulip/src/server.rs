@@ -127,6 +127,7 @@ fn start_servers(
             listener,
             Arc::clone(metrics),
             Arc::clone(pool),
+            Arc::clone(&service.engine),
             stopped(metrics_stop_rx),
         ))
     });

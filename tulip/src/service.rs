@@ -7,8 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 use prometheus_client::metrics::gauge::Gauge;
 use proto::tulip::v1::tulip_server::Tulip;
 use proto::tulip::v1::{
-    Adapter, EmbedRequest, EmbedResponse, InfoRequest, InfoResponse, LoadAdapterRequest,
-    UnloadAdapterRequest, UnloadAdapterResponse,
+    Adapter, CpuRuntime, EmbedRequest, EmbedResponse, InfoRequest, InfoResponse,
+    LoadAdapterRequest, UnloadAdapterRequest, UnloadAdapterResponse,
 };
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::adapters::Adapters;
 use crate::engine::EngineHandle;
 use crate::error::TulipError;
-use crate::metrics::{ClassLabel, Code, Metrics};
+use crate::metrics::{BucketState, ClassLabel, Code, CpuBuckets, Metrics};
 use crate::model::ModelInfo;
 use crate::priority::Class;
 use crate::queue::{Pool, Submitted};
@@ -187,6 +187,7 @@ impl Tulip for TulipService {
 
     async fn info(&self, _request: Request<InfoRequest>) -> Result<Response<InfoResponse>, Status> {
         let m = &self.model;
+        let cpu_runtimes = self.engine.cpu_readiness_off_reactor().await;
         Ok(Response::new(InfoResponse {
             model_id: m.model_id.clone(),
             architecture: m.architecture.clone(),
@@ -214,6 +215,7 @@ impl Tulip for TulipService {
             adapters: self.adapters.list(),
             max_adapters: self.adapters.max,
             max_adapter_rank: self.adapters.max_rank,
+            cpu_runtimes: cpu_runtimes.iter().map(cpu_runtime).collect(),
         }))
     }
 
@@ -239,6 +241,17 @@ impl Tulip for TulipService {
             .await
             .map(|()| Response::new(UnloadAdapterResponse {}))
             .map_err(Status::from)
+    }
+}
+
+/// One CPU runtime's buckets as `Info` carries them.
+fn cpu_runtime(r: &CpuBuckets) -> CpuRuntime {
+    CpuRuntime {
+        name: r.runtime.as_str().to_string(),
+        cold: r.count(BucketState::Cold),
+        pending: r.count(BucketState::Pending),
+        ready: r.count(BucketState::Ready),
+        failed: r.count(BucketState::Failed),
     }
 }
 
