@@ -33,6 +33,7 @@ COMMANDS = {
     "lora": "lora",
     "batch-api": "batch_api",
     "batch-chaos": "batch_chaos",
+    "cpu-warm-start": "cpu_warm_start",
 }
 
 
