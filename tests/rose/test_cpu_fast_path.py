@@ -9,6 +9,7 @@ that Tulip uses it when on and never loads ONNX Runtime when off."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from rose import Batch, Engine
 from rose.cpu import OnnxSettings
 from rose.cpu.gated import FIDELITY, State
 from tests.support.reference import assert_close_vectors, st_inputs
-from tests.support.servers import REPO, Tulip
+from tests.support.servers import REPO, Ivy, Tulip
 from tests.support.steps import run_twice, step
 
 pytest.importorskip("onnxruntime")
@@ -200,12 +201,19 @@ def test_served_on_and_off(minilm_dir, log_dir, st_minilm):
         on.stop()
         off.stop()
     again = Tulip(minilm_dir, log_dir=log_dir, cpu_fast_path="true", cpu_fast_path_max_tokens=64, timeout=900)
+    ivy = None
     try:
         assert _buckets(again) == ready  # opened and gated from the cache before serving
         with again.client() as c:
             c.embed(seqs[:1])
         assert (_onnx_steps(again), _onnx_steps(again, "eager")) == (1, 0)
+        # Ivy's /info asks its replicas when it is asked.
+        ivy = Ivy([again.url], minilm_dir, log_dir=log_dir)
+        status, body = ivy.get("/info")
+        assert status == 200 and json.loads(body)["cpu_runtimes"] == {"onnx": ready}
     finally:
+        if ivy is not None:
+            ivy.stop()
         again.stop()
 
 

@@ -50,8 +50,14 @@ pub struct InfoQuery {
 /// the prompt templates and `models` (every model served here).
 pub async fn info(State(state): State<AppState>, Query(query): Query<InfoQuery>) -> Response {
     let asked = query.model;
-    let result = state.pool(asked.as_deref()).and_then(|(pool, name)| {
-        let m = pool.info().ok_or_else(|| pool.no_replica())?;
+    let chosen = state
+        .pool(asked.as_deref())
+        .and_then(|(pool, name)| Ok((pool.info().ok_or_else(|| pool.no_replica())?, pool, name)));
+    let cpu = match &chosen {
+        Ok((_, pool, _)) => cpu_runtimes(&pool.replicas()).await,
+        Err(_) => serde_json::Value::Null,
+    };
+    let result = chosen.map(|(m, pool, name)| {
         {
             let kinds = crate::model::kinds(&m);
             // TEI names a cross-encoder a reranker, with its labels.
@@ -75,7 +81,7 @@ pub async fn info(State(state): State<AppState>, Query(query): Query<InfoQuery>)
                 json!({ "embedding": { "pooling": m.pooling } })
             };
             let templates = state.templates(&pool);
-            Ok(Json(json!({
+            Json(json!({
                 "model_id": m.model_id,
                 "served_model_name": name,
                 "model_sha": null,
@@ -101,11 +107,50 @@ pub async fn info(State(state): State<AppState>, Query(query): Query<InfoQuery>)
                 "sha": null,
                 "docker_label": null,
                 "models": state.pools.served_names(),
+                "cpu_runtimes": cpu,
             }))
-            .into_response())
+            .into_response()
         }
     });
     finish(&state, Api::Tei, "info", result)
+}
+
+/// How far the replicas' CPU runtimes are (the fast path `onnx`, its int8
+/// copy, the bfloat16 twin): token buckets by state, summed over the
+/// routable replicas asked now (`Info`, 1 s each, at once), by runtime;
+/// `{}` when none has such runtimes (a GPU, or a replica not answering).
+async fn cpu_runtimes(
+    replicas: &[std::sync::Arc<crate::upstream::replica::Replica>],
+) -> serde_json::Value {
+    let asked = replicas
+        .iter()
+        .filter(|r| r.is_routable())
+        .map(|r| r.current_info(std::time::Duration::from_secs(1)));
+    let mut sums: std::collections::BTreeMap<String, [u32; 4]> = Default::default();
+    for info in futures_util::future::join_all(asked)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        for rt in &info.cpu_runtimes {
+            let s = sums.entry(rt.name.clone()).or_default();
+            for (i, n) in [rt.cold, rt.pending, rt.ready, rt.failed]
+                .into_iter()
+                .enumerate()
+            {
+                s[i] += n;
+            }
+        }
+    }
+    sums.into_iter()
+        .map(|(name, [cold, pending, ready, failed])| {
+            (
+                name,
+                json!({"cold": cold, "pending": pending, "ready": ready, "failed": failed}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// Prometheus text exposition.

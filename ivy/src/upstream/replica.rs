@@ -272,6 +272,17 @@ impl Replica {
         }
     }
 
+    /// Asks the replica's `Info` now, remembering nothing (what changes
+    /// while it serves: its CPU runtimes' readiness); None if it does not
+    /// answer in `timeout`.
+    pub async fn current_info(&self, timeout: Duration) -> Option<InfoResponse> {
+        let mut client = self.client.clone();
+        match tokio::time::timeout(timeout, client.info(InfoRequest {})).await {
+            Ok(Ok(r)) => Some(r.into_inner()),
+            _ => None,
+        }
+    }
+
     /// Asks the replica what it serves and remembers the answer.
     pub async fn fetch_info(&self, timeout: Duration) -> Result<Arc<InfoResponse>, String> {
         let mut client = self.client.clone();

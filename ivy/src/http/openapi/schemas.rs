@@ -330,6 +330,10 @@ fn ops(_: &Fragments) -> Value {
             "kinds": { "type": "array", "items": { "type": "string", "enum": ["dense", "sparse", "multi_vector", "score"] } },
             "prompts": { "type": "array", "items": { "type": "string" } },
             "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" },
-            "models": { "type": "array", "items": { "type": "string" }, "description": "Every name a model is served under here" } } },
+            "models": { "type": "array", "items": { "type": "string" }, "description": "Every name a model is served under here" },
+            "cpu_runtimes": { "type": "object", "description": "The replicas' CPU runtimes (fast path `onnx`, `onnx_int8`, `bf16`): token buckets by state, summed over the routable replicas asked when /info is",
+                "additionalProperties": { "type": "object", "required": ["cold", "pending", "ready", "failed"], "properties": {
+                    "cold": { "type": "integer" }, "pending": { "type": "integer" }, "ready": { "type": "integer" },
+                    "failed": { "type": "integer" } } } } } },
     })
 }
