@@ -14,7 +14,17 @@ import signal
 import numpy as np
 import pytest
 
-from tests.support.openai_batch import KEYS, TEXTS, client, corpus, jsonl, line, submit, wait_done
+from tests.support.openai_batch import (
+    KEYS,
+    TEXTS,
+    assert_every_line_once,
+    client,
+    corpus,
+    jsonl,
+    line,
+    submit,
+    wait_done,
+)
 from tests.support.servers import Ivy
 from tulip_rose_cli.processes import wait_for
 
@@ -169,10 +179,7 @@ def test_an_ivy_killed_mid_batch_loses_and_repeats_nothing(ivy, tulip_minilm, mi
         done = wait_done(c, b.id, timeout=180)
     finally:
         other.kill()
-    assert done.status == "completed", done
-    ids = [o["custom_id"] for o in jsonl(c, done.output_file_id)]
-    assert len(ids) == n and set(ids) == {f"k{i}" for i in range(n)}
-    assert done.request_counts.completed == n and done.request_counts.failed == 0
+    assert_every_line_once(c, done, "k", n)
     assert "resuming a shard another holder left" in ivy.log()
 
 

@@ -45,3 +45,12 @@ def jsonl(c, file_id: str | None) -> list[dict]:
     if file_id is None:
         return []
     return [json.loads(x) for x in c.files.content(file_id).text.splitlines()]
+
+
+def assert_every_line_once(c, done, prefix: str, n: int) -> None:
+    """A batch of ``corpus(n, prefix)`` completed with every ``custom_id``
+    in its output exactly once and none failed."""
+    assert done.status == "completed", done
+    ids = [o["custom_id"] for o in jsonl(c, done.output_file_id)]
+    assert len(ids) == n and set(ids) == {f"{prefix}{i}" for i in range(n)}
+    assert done.request_counts.completed == n and done.request_counts.failed == 0

@@ -138,6 +138,7 @@ pub struct Ending {
 
 /// One checkpoint: lines `[first_line, first_line + lines)` of a shard ran,
 /// their output lines in blob `out_key`, their error lines in `err_key`.
+#[derive(Clone)]
 pub struct Chunk {
     pub first_line: i64,
     pub lines: i64,

@@ -145,7 +145,7 @@ async fn run_shard(b: &Batches, router: &Router, mut l: Lease) -> Result<(), Api
         if finished || pending.len() >= CHECKPOINT_LINES || since.elapsed() >= every {
             let n = pending.len() as i64;
             let chunk = write_chunk(b, &l, std::mem::take(&mut pending)).await?;
-            if !b.store.checkpoint(l.clone(), chunk, b.lease_ms()).await? {
+            if !checkpoint(b, &l, chunk).await? {
                 // Lost the lease, or the batch was cancelled or expired.
                 b.store.release(l).await?;
                 return Ok(());
@@ -159,6 +159,31 @@ async fn run_shard(b: &Batches, router: &Router, mut l: Lease) -> Result<(), Api
         }
         if finished {
             return Ok(());
+        }
+    }
+}
+
+/// Records a checkpoint, trying again for up to a third of the lease while
+/// the store fails (a database restarting): giving up would leave the
+/// shard idle until its lease lapses. A try that did commit, unknown to
+/// this side, makes the next one find the shard moved on: `false`, and the
+/// shard is given back with nothing lost or written twice.
+async fn checkpoint(b: &Batches, l: &Lease, chunk: Chunk) -> Result<bool, ApiError> {
+    let deadline = Instant::now() + Duration::from_millis(b.lease_ms() as u64 / 3);
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match b
+            .store
+            .checkpoint(l.clone(), chunk.clone(), b.lease_ms())
+            .await
+        {
+            Err(e) if Instant::now() + wait < deadline => {
+                tracing::warn!(batch = %l.batch_id, shard = l.shard, error = %e,
+                    "recording a checkpoint failed; trying again");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            done => return done,
         }
     }
 }
