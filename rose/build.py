@@ -17,12 +17,13 @@ from .config import ModelSpec
 from .cpu import Context, select
 from .cpu.device import CpuDevice
 from .cpu.threads import SMALL_STEP_TOKENS, ThreadBudget
-from .models import EmbeddingModel
+from .models import EmbeddingModel, ImageInput
 from .models import packed as packing
 from .models.load import load_model
 from .step.device import CudaDevice, Device
 from .step.eager import EagerRuntime
 from .step.graphs import Dispatcher, GraphSettings
+from .step.images import ImageRuntime
 from .step.lora import LoraRuntime
 from .step.runner import Runner
 from .step.static import StaticRuntime
@@ -99,14 +100,19 @@ def runner_for(spec: ModelSpec, model: EmbeddingModel, device: torch.device, dty
         gated = select(ctx, cpu_runtimes).runtimes
     bank = Bank(model, spec.model_type, device, dtype, max_adapters, max_adapter_rank)
     return assemble(dev, model.dimension, spec.normalize, gated, Dispatcher(graph_settings or GraphSettings(), static),
-                    bank)
+                    bank, model.image_input)
 
 
 def assemble(device: Device, dimension: int, normalize_default: bool, gated: Sequence, dispatcher: Dispatcher,
-             adapters: Bank | None = None) -> Runner:
+             adapters: Bank | None = None, images: ImageInput | None = None) -> Runner:
     """A runner over ``device``: the steps with adapters (given a bank),
     then the gated runtimes given, then the static buffers (when the
-    dispatcher is enabled), then the eager forward."""
+    dispatcher is enabled), then the eager forward; and image steps for a
+    model that takes ``images``, bucketed as the text steps are when the
+    dispatcher is enabled (their configurations under one of their own)."""
     first = [LoraRuntime(device, dimension, adapters)] if adapters is not None else []
     runtimes = [*first, *gated, StaticRuntime(device, dispatcher, dimension), EagerRuntime(device, dimension)]
-    return Runner(device, runtimes, dispatcher, dimension, normalize_default)
+    image_steps = None
+    if images is not None:
+        image_steps = ImageRuntime(device, images, Dispatcher(dispatcher.settings, dispatcher.enabled), dimension)
+    return Runner(device, runtimes, dispatcher, dimension, normalize_default, image_steps)

@@ -31,10 +31,15 @@ from typing import Any
 
 from .errors import ModelLoadError
 from .interface import OutputKind
-from .st_modules import Pipeline, read_json, read_pipeline
+from .st_modules import Pipeline, read_json, read_pipeline, read_prompts
 
 SPARSE_HEAD = "sparse_linear.pt"
 COLBERT_HEAD = "colbert_linear.pt"
+# Dual encoders (an image tower beside the text tower), by model_type.
+DUAL_ENCODERS = ("clip", "siglip")
+# Their text pooling, as ModelInfo names it: CLIP's end-of-text token,
+# SigLIP's last position.
+_DUAL_POOLING = {"clip": "eos", "siglip": "last"}
 _TOKEN_ROLES = ("cls_token", "bos_token", "eos_token", "sep_token", "pad_token", "unk_token")
 
 
@@ -85,12 +90,26 @@ class ModelSpec:
         return tuple(names.get(i, f"LABEL_{i}") for i in range(count))
 
     @property
+    def text_config(self) -> dict[str, Any]:
+        """The config of the tower that reads token ids: config.json itself,
+        or a dual encoder's ``text_config`` (CLIP, SigLIP)."""
+        return text_config(self.hf_config, self.model_type)
+
+    @property
+    def vision_config(self) -> dict[str, Any] | None:
+        """A dual encoder's ``vision_config``; None for a text-only model."""
+        if self.model_type not in DUAL_ENCODERS:
+            return None
+        vision = self.hf_config.get("vision_config")
+        return vision if isinstance(vision, dict) else None
+
+    @property
     def hidden_size(self) -> int:
-        return int(self.hf_config["hidden_size"])
+        return int(self.text_config["hidden_size"])
 
     @property
     def vocab_size(self) -> int:
-        return int(self.hf_config["vocab_size"])
+        return int(self.text_config["vocab_size"])
 
     @property
     def sparse_head(self) -> Path | None:
@@ -161,7 +180,7 @@ class ModelSpec:
             model_type=model_type,
             hf_config=hf,
             pipeline=_pipeline(path, model_type, is_cross),
-            max_length=_max_length(path, hf, model_type),
+            max_length=_max_length(path, text_config(hf, model_type), model_type),
             is_cross_encoder=is_cross,
             model_id=model_id or path.name,
             special_tokens=_named_token_ids(path, hf),
@@ -175,7 +194,23 @@ def _pipeline(path: Path, model_type: str, is_cross: bool) -> Pipeline | None:
     cards do."""
     if is_cross or model_type == "null":
         return None
+    if model_type in DUAL_ENCODERS:
+        # No sentence-transformers modules: the towers pool and project
+        # themselves; their embeddings are compared by cosine, so
+        # normalised by default.
+        prompts, default_prompt = read_prompts(path)
+        return Pipeline((_DUAL_POOLING[model_type],), normalize=True, prompts=prompts,
+                        default_prompt_name=default_prompt)
     return read_pipeline(path, "last" if model_type.startswith("qwen") else "cls")
+
+
+def text_config(hf: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """``hf`` itself, or a dual encoder's ``text_config`` (``{}`` when it
+    has none: the model family refuses it)."""
+    if model_type not in DUAL_ENCODERS:
+        return hf
+    text = hf.get("text_config")
+    return text if isinstance(text, dict) else {}
 
 
 def _max_length(path: Path, hf: dict[str, Any], model_type: str) -> int:

@@ -19,10 +19,11 @@ from .cpu import GatedRuntime, State
 from .cpu.threads import SMALL_STEP_TOKENS
 from .errors import AdapterError, InvalidBatchError
 from .info import ModelInfo
-from .interface import Batch, OutputKind
+from .interface import Batch, Images, OutputKind
 from .lazy import LazyTensor
 from .models import EmbeddingModel, attn_shape, check_supported
 from .step.graphs import GraphKey, GraphSettings
+from .step.images import check_images
 from .step.lora import LoraRuntime
 from .step.runner import Runner
 
@@ -46,7 +47,9 @@ class Engine:
         self._adapters: Bank | None = cast(LoraRuntime, lora).bank if lora is not None else None
         bank = self._adapters
         limits = (bank.max_adapters, bank.max_rank if bank.max_adapters else 0) if bank is not None else (0, 0)
-        self.info = ModelInfo.of(spec, model, runner.device.name, dtype, runner.labels, *limits)
+        image_modes = runner.images.labels if runner.images is not None else ()
+        self.info = ModelInfo.of(spec, model, runner.device.name, dtype, runner.labels, *limits,
+                                 image_step_modes=image_modes)
 
     @classmethod
     def from_dir(
@@ -141,6 +144,18 @@ class Engine:
         the LazyTensor's event completes (immediately on the CPU)."""
         self.validate(batch)
         return self.runner.run(batch)
+
+    def step_images(self, images: Images) -> LazyTensor:
+        """Runs one image step (a model with ``ModelInfo.image_size``):
+        ``images.pixels`` float32 ``[N, C, H, W]`` as the host prepared
+        them, one dense row per image, in the space of the text rows.
+        Returns at once, as ``step`` does; ``InvalidBatchError`` says what
+        is wrong with the input (or that this model takes no images)."""
+        image = self.model.image_input
+        if image is None or self.runner.images is None:
+            raise InvalidBatchError(f"this model ({self.info.architecture}) takes no images, only token ids")
+        host = check_images(images, image, self.info.dimension, self.info.normalize_default)
+        return self.runner.run_images(host)
 
     def step_arena(self, arena: bytearray, sequences: int, tokens: int, kind: str,
                    adapters: Sequence[str | None] | None = None) -> tuple:

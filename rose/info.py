@@ -61,13 +61,28 @@ class ModelInfo:
     # ``Engine.adapters()``.
     max_adapters: int = 0
     max_adapter_rank: int = 0
+    # Image steps (``Engine.step_images``): the (height, width) of the
+    # pixels a model takes, (0, 0) for a model that takes none; the tokens
+    # one image costs its vision tower (patches, and CLIP's class token:
+    # what a host's token budget counts); the step modes image steps
+    # report (also in ``step_modes``).
+    image_size: tuple[int, int] = (0, 0)
+    image_tokens: int = 0
+    image_step_modes: tuple[str, ...] = ()
+
+    @property
+    def takes_images(self) -> bool:
+        """Whether ``Engine.step_images`` serves this model."""
+        return self.image_tokens > 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def of(cls, spec: ModelSpec, model: EmbeddingModel, device: str, dtype: torch.dtype,
-           step_modes: tuple[str, ...], max_adapters: int = 0, max_adapter_rank: int = 0) -> ModelInfo:
+           step_modes: tuple[str, ...], max_adapters: int = 0, max_adapter_rank: int = 0,
+           image_step_modes: tuple[str, ...] = ()) -> ModelInfo:
+        image = model.image_input
         return cls(
             model_id=spec.model_id,
             architecture=spec.model_type,
@@ -89,6 +104,9 @@ class ModelInfo:
             span_pooling=_span_pooling(spec, model),
             max_adapters=max_adapters,
             max_adapter_rank=max_adapter_rank,
+            image_size=(image.height, image.width) if image is not None else (0, 0),
+            image_tokens=image.tokens if image is not None else 0,
+            image_step_modes=image_step_modes if image is not None else (),
             **_tokenizer_identity(spec.path),
         )
 
@@ -97,7 +115,7 @@ def _span_pooling(spec: ModelSpec, model: EmbeddingModel) -> str:
     """One pooling mode and nothing after it (no Dense projection, no
     quantizing map) over the hidden states ``token_states`` carries."""
     p = spec.pipeline
-    if OutputKind.DENSE not in model.kinds or p is None or p.splade is not None:
+    if OutputKind.DENSE not in model.kinds or p is None or p.splade is not None or model.image_input is not None:
         return ""
     if len(p.pooling) != 1 or p.steps or spec.quantization != "none":
         return ""

@@ -25,6 +25,23 @@ LoRA adapters, one pool of a base model serving many fine-tunes:
   ``ModelInfo.step_modes``): never on the CPU's fast paths or a CUDA
   graph; a step with none runs exactly as it would with no adapter
   loaded, on whatever runtime it would.
+
+Images, for a model that embeds them (CLIP, SigLIP: ``ModelInfo.image_size``
+is not ``(0, 0)``):
+
+- ``engine.step_images(images) -> LazyTensor``: ``Images`` holds the
+  pixels the host prepared (decoded, resized, cropped, rescaled and
+  normalised as the model's ``preprocessor_config.json`` says), float32
+  ``[N, 3, H, W]`` at ``ModelInfo.image_size``, and per image the dense
+  options a text row takes (``dimensions``, ``normalize``). The result is
+  laid out as a ``dense`` step's: one row per image, ``dimension`` float32
+  values, zero past an image's dimensions; rows are in the same space as
+  the text rows of ``step`` (the text tower's, ``dense``).
+- Each image costs ``ModelInfo.image_tokens`` tokens of the vision tower
+  (for the host's token budget). Image steps report their own step modes
+  (``ModelInfo.image_step_modes``, listed in ``step_modes`` too).
+- A wrong shape, dtype, image count (0), a non-finite value, options of
+  another length, or a model without images is an ``InvalidBatchError``.
 """
 
 from __future__ import annotations
@@ -39,7 +56,7 @@ import torch
 
 from .errors import InvalidBatchError
 
-__all__ = ["Batch", "InvalidBatchError", "Layout", "OutputKind"]
+__all__ = ["Batch", "Images", "InvalidBatchError", "Layout", "OutputKind"]
 
 
 class OutputKind(str, enum.Enum):
@@ -296,3 +313,22 @@ class Batch:
         v["norm"].copy_(torch.tensor([-1] * n if normalize is None else [int(bool(x)) for x in normalize],
                                      dtype=torch.int32))
         return cls(arena, layout, kind, adapters=adapters)
+
+
+@dataclass(frozen=True)
+class Images:
+    """One image step's input (``Engine.step_images``): ``pixels``, float32
+    ``[N, C, H, W]`` (a CPU tensor or a NumPy array), normalised as the
+    model's preprocessor says; per image, as a dense text row takes them,
+    ``dimensions`` (Matryoshka; 0 or None: full) and ``normalize`` (None:
+    the model's default)."""
+
+    pixels: torch.Tensor | np.ndarray
+    dimensions: Sequence[int] | np.ndarray | None = None
+    normalize: Sequence[bool] | np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """Images in the step (0 for pixels that are not a batch)."""
+        shape = self.pixels.shape
+        return int(shape[0]) if len(shape) == 4 else 0

@@ -13,6 +13,7 @@ from ..interface import Batch
 from ..lazy import LazyTensor
 from ..models import EmbeddingModel
 from ..step.device import Call
+from ..step.images import pack
 from ..step.inputs import repack, rows_for, step_inputs
 from ..step.staging import PinnedPool
 from .threads import ThreadBudget
@@ -67,3 +68,22 @@ class CpuDevice:
 
     def is_sticky(self, e: BaseException) -> bool:
         return False
+
+    def image_plan(self, images: int) -> object:
+        return self.model.image_plan(images, self.torch_device)
+
+    def upload_images(self, images, layout, dest, dimension):
+        arena = dest if dest is not None else torch.empty(layout.size, dtype=torch.float32)
+        pack(images, layout, arena.numpy(), dimension)
+        return arena, ()
+
+    def forward_images(self, call) -> torch.Tensor:
+        self.threads.apply(call.layout.slots * call.layout.image.tokens)
+        pixels, dims, norm = call.layout.views(call.arena)
+        return self.model.embed_images(pixels, dims, norm != 0, call.plan)
+
+    def capture_images(self, call):
+        return None, None
+
+    def download_images(self, out, call, staging, info):
+        return LazyTensor.ready(out[: call.count], info)

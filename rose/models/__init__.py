@@ -8,8 +8,10 @@ from collections.abc import Callable
 from ..attention import AttentionBackend, AttnShape
 from ..config import ModelSpec
 from ..errors import ModelLoadError
-from .base import EmbeddingModel, StepInputs
+from .base import EmbeddingModel, ImageInput, StepInputs
 from .bert import BertEmbedder
+from .clip import DualEncoder
+from .clip import attn_shapes as dual_attn_shapes
 from .deberta_v2 import DebertaV2CrossEncoder
 from .gemma3 import Gemma3Embedder
 from .modernbert import ModernBertCrossEncoder, ModernBertEmbedder
@@ -20,13 +22,16 @@ from .qwen3 import Qwen3Embedder, Qwen3Reranker
 from .rerank import CrossEncoder
 from .splade import SpladeEncoder
 
-__all__ = ["EmbeddingModel", "StepInputs", "attn_shape", "build_model", "check_supported", "config_refusal"]
+__all__ = ["EmbeddingModel", "ImageInput", "StepInputs", "attn_shape", "build_model", "check_supported", "config_refusal"]
 
 ENCODERS = ("bert", "xlm-roberta")
 
 
 def attn_shape(spec: ModelSpec) -> AttnShape:
-    """The attention shape of a model, known before building it."""
+    """The attention shape of a model, known before building it (a dual
+    encoder's text tower's: the engine's backend plans its text steps)."""
+    if spec.vision_config is not None:
+        return dual_attn_shapes(spec.hf_config)[0]
     cfg = spec.hf_config
     heads = int(cfg.get("num_attention_heads", 1))
     kv = int(cfg.get("num_key_value_heads") or heads)
@@ -36,8 +41,9 @@ def attn_shape(spec: ModelSpec) -> AttnShape:
 
 # What build_model takes, for the refusal of everything else.
 SUPPORTED = ("bert, xlm-roberta and modernbert embedders and cross-encoders; deberta-v2 cross-encoders; mpnet, "
-             "gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers; SPLADE on bert and xlm-roberta")
-MODEL_TYPES = ("bert", "xlm-roberta", "deberta-v2", "mpnet", "modernbert", "gemma3-text", "nomic-bert", "qwen3", "null")
+             "gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers; SPLADE on bert and xlm-roberta; clip and siglip dual encoders (text and images)")
+MODEL_TYPES = ("bert", "xlm-roberta", "deberta-v2", "mpnet", "modernbert", "gemma3-text", "nomic-bert", "qwen3", "clip",
+               "siglip", "null")
 
 
 def describe(config: dict) -> str:
@@ -76,6 +82,8 @@ def _family(spec: ModelSpec) -> Callable[[ModelSpec, AttentionBackend], Embeddin
     """The model class that serves ``spec``, or None."""
     if spec.model_type == "null":
         return lambda s, _: NullModel(s)
+    if spec.model_type in ("clip", "siglip") and not spec.is_cross_encoder:
+        return DualEncoder
     if spec.pipeline is not None and spec.pipeline.splade is not None:
         return SpladeEncoder
     if spec.model_type in ENCODERS:

@@ -29,6 +29,23 @@ class StepInputs:
     plan: AttnPlan
 
 
+@dataclass(frozen=True)
+class ImageInput:
+    """What a model that embeds images takes: float32 normalised pixels
+    ``[N, channels, height, width]``, each image costing ``tokens`` tokens
+    of its vision tower (patches, and CLIP's class token)."""
+
+    channels: int
+    height: int
+    width: int
+    tokens: int
+
+    @property
+    def values(self) -> int:
+        """Pixel values of one image."""
+        return self.channels * self.height * self.width
+
+
 class EmbeddingModel(nn.Module, abc.ABC):
     """Base class: subclasses implement ``encode`` and ``load`` and set the
     attributes."""
@@ -37,6 +54,8 @@ class EmbeddingModel(nn.Module, abc.ABC):
     dimension: int = 0
     multi_vector_dimension: int = 0
     causal: bool = False
+    # Set by models that embed images (``embed_images``); None: text only.
+    image_input: ImageInput | None = None
 
     @abc.abstractmethod
     def encode(self, x: StepInputs) -> torch.Tensor:
@@ -69,6 +88,18 @@ class EmbeddingModel(nn.Module, abc.ABC):
         if kind is OutputKind.TOKEN_STATES:
             return hidden.float()
         return self.head(kind, hidden, x)
+
+    def image_plan(self, images: int, device: torch.device) -> AttnPlan:
+        """The attention plan of a step of ``images`` images, for steps on
+        static buffers to make once (models with ``image_input``)."""
+        raise ValueError("this model does not embed images")
+
+    def embed_images(self, pixels: torch.Tensor, dimensions: torch.Tensor, normalize: torch.Tensor,
+                     plan: AttnPlan | None = None) -> torch.Tensor:
+        """Dense rows ``[N, dimension]`` of images ``[N, C, H, W]``, cut
+        to ``dimensions`` and normalised where ``normalize`` (bool [N]) is
+        set, as ``forward`` finishes dense text rows."""
+        raise ValueError("this model does not embed images")
 
     def head(self, kind: OutputKind, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
         """Outputs other than dense (sparse, multi-vector, score)."""

@@ -2,10 +2,12 @@
 which builds both towers from a model directory and embeds images and
 token ids into the shared space.
 
-Not wired into the engine yet: a self-contained API whose outputs are the
-projected, unnormalised features transformers' ``get_image_features`` and
-``get_text_features`` return (normalising is the pooling config's
-concern). SigLIP 2 (``siglip2``, NaFlex: variable resolution, patches
+``ClipModel`` is a self-contained API whose outputs are the projected,
+unnormalised features transformers' ``get_image_features`` and
+``get_text_features`` return; ``DualEncoder`` is the same towers as the
+engine's model (text steps on the flat token axis, ``embed_images`` for
+image steps), its dense rows finished (Matryoshka cut, normalisation) as
+every dense model's are. SigLIP 2 (``siglip2``, NaFlex: variable resolution, patches
 given pre-cut with a pixel mask and resized position embeddings) is
 refused."""
 
@@ -17,10 +19,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..attention import AttentionBackend, AttnShape
+from ..attention import AttentionBackend, AttnPlan, AttnShape
+from ..config import ModelSpec
 from ..errors import InvalidBatchError, ModelLoadError
+from ..interface import OutputKind
 from ..loader import WeightReader, read_weights
+from ..pooling import finish_dense
 from ..st_modules import read_json
+from .base import EmbeddingModel, ImageInput, StepInputs
 from .layers import copy_linear, copy_norm
 from .vit import FAMILIES, Encoder, VisionTower, attn_shape, ragged_plan
 
@@ -73,25 +79,30 @@ class TextTower(nn.Module):
         cu = plan.cu_seqlens.long()
         seg = torch.repeat_interleave(torch.arange(len(lengths), device=dev), cu[1:] - cu[:-1])
         positions = torch.arange(ids.shape[0], device=dev) - cu[seg]
-        h = self.encoder(self.token(ids) + self.position(positions), plan)
-        # The final norm is per token: only the pooled rows need it.
-        return self.projection(self.final_norm(h[self.pooled_rows(ids, cu, seg)]))
+        h = self.states(ids, positions, plan)
+        return self.projection(h[self.pooled_rows(ids, cu, seg)])
+
+    def states(self, ids: torch.Tensor, positions: torch.Tensor, plan: AttnPlan) -> torch.Tensor:
+        """Final-norm states ``[T, hidden]`` (transformers' ``last_hidden_state``)."""
+        return self.final_norm(self.encoder(self.token(ids) + self.position(positions), plan))
 
     def pooled_rows(self, ids: torch.Tensor, cu: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
-        """Flat index of each sequence's pooled token."""
+        """Flat index of each sequence's pooled token. Fixed shapes and no
+        host sync, so a CUDA graph can capture it."""
         if self.eos is None:
             return cu[1:] - 1
         n, t = cu.numel() - 1, ids.shape[0]
-        ids = ids.long()
+        ids, seg = ids.long(), seg.long()
         if self.eos == _LEGACY_EOS:
             target = torch.full((n,), -1, dtype=torch.long, device=ids.device).scatter_reduce(0, seg, ids, "amax")
             hit = ids == target[seg]
         else:
             hit = ids == self.eos
         index = torch.arange(t, device=ids.device)
-        first = torch.full((n,), t, dtype=torch.long, device=ids.device).scatter_reduce(0, seg[hit], index[hit], "amin")
+        candidates = torch.where(hit, index, t)
+        first = torch.full((n,), t, dtype=torch.long, device=ids.device).scatter_reduce(0, seg, candidates, "amin")
         # No end-of-text token: transformers' argmax over no match is the first position.
-        return torch.where(first == t, cu[:-1], first)
+        return torch.where(first == t, cu[:-1].long(), first)
 
     def load(self, w: WeightReader, prefix: str = "text_model.", projection: str = "text_projection") -> None:
         e = f"{prefix}embeddings."
@@ -205,3 +216,45 @@ class ClipModel(nn.Module):
         if flat.min() < 0 or flat.max() >= self.text.token.num_embeddings:
             raise InvalidBatchError(f"token ids must be in [0, {self.text.token.num_embeddings})")
         return self.text(flat.to(self.device), lengths).float()
+
+
+class DualEncoder(EmbeddingModel):
+    """A CLIP or SigLIP model as the engine serves it: text steps run the
+    text tower on the flat token axis (its plan from the engine's backend,
+    causal for CLIP), then its pooling and projection; image steps run the
+    vision tower (``embed_images``). Both end in the shared space, dense."""
+
+    kinds = (OutputKind.DENSE,)
+
+    def __init__(self, spec: ModelSpec, backend: AttentionBackend):
+        super().__init__()
+        self.towers = ClipModel(spec.hf_config, backend)
+        vision = self.towers.vision
+        self.causal = self.towers.text.causal
+        self.dimension = self.towers.dimension
+        self.image_input = ImageInput(vision.channels, vision.image_size, vision.image_size, vision.tokens)
+
+    def encode(self, x: StepInputs) -> torch.Tensor:
+        text = self.towers.text
+        # A padded step's filler segment may run past the position table
+        # (real sequences were checked against it); its rows are dropped.
+        positions = x.positions.clamp_max(text.position.num_embeddings - 1)
+        return text.states(x.token_ids, positions, x.plan)
+
+    def dense(self, hidden: torch.Tensor, x: StepInputs) -> torch.Tensor:
+        text = self.towers.text
+        return text.projection(hidden[text.pooled_rows(x.token_ids, x.cu_seqlens.long(), x.seg_ids)]).float()
+
+    def image_plan(self, images: int, device: torch.device) -> AttnPlan:
+        return self.towers.vision.plan(images, device)
+
+    def embed_images(self, pixels: torch.Tensor, dimensions: torch.Tensor, normalize: torch.Tensor,
+                     plan: AttnPlan | None = None) -> torch.Tensor:
+        return finish_dense(self.towers.vision(pixels, plan).float(), dimensions, normalize)
+
+    def load(self, w: WeightReader) -> None:
+        self.towers.load(w)
+        # The contrastive loss's temperature and bias: training only.
+        for name in ("logit_scale", "logit_bias"):
+            if name in w:
+                w.take(name)

@@ -184,7 +184,14 @@ class VisionTower(nn.Module):
         self.backend = backend
         self.dimension = projection_dim or hidden
 
-    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+    def plan(self, images: int, device: torch.device) -> AttnPlan:
+        """The attention plan of ``images`` images (each one sequence of
+        ``tokens``): made once per bucket by a step on static buffers, since
+        making it copies to the device, which a CUDA graph cannot capture."""
+        return ragged_plan(self.backend, [self.tokens] * images, device, causal=False)
+
+    def forward(self, pixels: torch.Tensor, plan: AttnPlan | None = None) -> torch.Tensor:
+        """``plan``: ``self.plan(N, device)``, made here when not given."""
         n, c, size = pixels.shape[0], self.channels, self.image_size
         if pixels.dim() != 4 or tuple(pixels.shape[1:]) != (c, size, size) or n == 0:
             raise InvalidBatchError(f"images must be [N, {c}, {size}, {size}] with N >= 1, got {list(pixels.shape)}")
@@ -197,7 +204,7 @@ class VisionTower(nn.Module):
         h = (h + self.position.weight).reshape(n * self.tokens, -1)
         if self.pre_norm is not None:
             h = self.pre_norm(h)
-        h = self.encoder(h, ragged_plan(self.backend, [self.tokens] * n, h.device, causal=False))
+        h = self.encoder(h, plan if plan is not None else self.plan(n, h.device))
         h = h.view(n, self.tokens, -1)
         pooled = self.post_norm(h[:, 0]) if self.head is None else self.head(self.post_norm(h))
         return pooled if self.projection is None else self.projection(pooled)

@@ -39,6 +39,18 @@ latency, small kernels that do not fill the GPU, its host path), so it is
 the slower, more pessimistic device for anything that takes many small
 steps.
 
+Image steps (a ViT: CLIP's or SigLIP's vision tower) get the same three
+constants, scaled by the tower's own work (``VisionWork``): per image,
+``a`` times its tokens' linear work (QKV, output and MLP matmuls: 2 x
+layers x (4 h^2 + 2 h ffn) FLOPs a token, plus the patch embedding) over
+BGE-M3's per token, plus ``b`` times its tokens squared, scaled by its
+layers x hidden over BGE-M3's (attention's work per len^2); ``t0`` once a
+step. The image tower computes every slot of a padded step. So the image
+term inherits whatever device the constants describe (roofline,
+published, or a calibration) at BGE-M3's achieved rate, with no constant
+of its own: ViT-B/16 at 224 px (197 tokens) comes out at ~57 us an image
+on the roofline H200 (``docs/models.md``).
+
 ``calibrate`` (and ``bench/gpu/calibrate.py``) fits the three constants to a
 real device's step timings instead.
 
@@ -67,6 +79,48 @@ COMPUTE_ROOF_LENGTH = 512
 PUBLISHED_ONLINE_P50_S = {128: 1.53e-3, 512: 2.03e-3, 4096: 9.57e-3}
 
 
+# BGE-M3's (XLM-RoBERTa large) layers, whose work the constants were fitted on.
+_REFERENCE_LAYERS, _REFERENCE_HIDDEN, _REFERENCE_FFN = 24, 1024, 4096
+
+
+def _linear_flops(layers: int, hidden: int, ffn: int) -> int:
+    """FLOPs of one token through the layers' matmuls (QKV, output, MLP)."""
+    return 2 * layers * (4 * hidden * hidden + 2 * hidden * ffn)
+
+
+REFERENCE_LINEAR_FLOPS = _linear_flops(_REFERENCE_LAYERS, _REFERENCE_HIDDEN, _REFERENCE_FFN)
+REFERENCE_ATTENTION_WIDTH = _REFERENCE_LAYERS * _REFERENCE_HIDDEN
+
+
+@dataclass(frozen=True)
+class VisionWork:
+    """A vision tower's shape, for its image term: ``tokens`` per image,
+    its ``layers``, ``hidden`` and ``ffn`` widths, and the values of one
+    patch (channels x patch^2)."""
+
+    tokens: int
+    layers: int
+    hidden: int
+    ffn: int
+    patch_values: int
+
+    @classmethod
+    def of(cls, vision_config: dict, class_token: bool) -> VisionWork:
+        """From a ``vision_config`` (CLIP: ``class_token``)."""
+        grid = int(vision_config["image_size"]) // int(vision_config["patch_size"])
+        return cls(grid * grid + int(class_token), int(vision_config["num_hidden_layers"]),
+                   int(vision_config["hidden_size"]), int(vision_config["intermediate_size"]),
+                   int(vision_config.get("num_channels", 3)) * int(vision_config["patch_size"]) ** 2)
+
+    @property
+    def linear_flops(self) -> int:
+        """One image's matmul FLOPs: its tokens through the layers, and
+        the patch embedding."""
+        patches = self.tokens - 1 if self.tokens > 1 else self.tokens
+        return (self.tokens * _linear_flops(self.layers, self.hidden, self.ffn)
+                + 2 * patches * self.patch_values * self.hidden)
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Seconds per step: ``t0 + a * tokens + b * sum(len^2)``."""
@@ -92,6 +146,13 @@ class CostModel:
             tokens += n
             squares += n * n
         return self.t0 + self.a * (tokens + adapted) + self.b * squares
+
+    def image_seconds(self, images: int, work: VisionWork) -> float:
+        """Device seconds of one image step over ``images`` images (the
+        slots computed, padding included) of a tower of ``work``."""
+        linear = self.a * work.linear_flops / REFERENCE_LINEAR_FLOPS
+        attention = self.b * work.tokens**2 * (work.layers * work.hidden) / REFERENCE_ATTENTION_WIDTH
+        return self.t0 + images * (linear + attention)
 
     def describe(self) -> str:
         constants = f"t0={self.t0 * 1e3:.4g} ms, a={self.a * 1e6:.4g} us/token, b={self.b * 1e6:.4g} us/len^2"

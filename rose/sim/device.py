@@ -22,16 +22,23 @@ import contextlib
 import torch
 
 from ..errors import is_sticky_cuda_error
+from ..interface import OutputKind
 from ..lazy import LazyTensor, StepInfo
 from ..step.device import Call
+from ..step.images import ImageCall, pack
 from ..step.inputs import repack
 from ..step.staging import PinnedPool
+from .cost import VisionWork
 from .outputs import OutputSynth
 from .stream import Launch, SimStream
 
 
 class _Graph:
-    """A captured configuration: nothing to record, a replay launches."""
+    """A captured configuration: nothing to record, a replay launches its
+    forward (a text or an image step's)."""
+
+    def __init__(self, forward):
+        self.forward = forward
 
 
 class SimDevice:
@@ -39,9 +46,10 @@ class SimDevice:
     torch_device = torch.device("cpu")
     graphs = True
 
-    def __init__(self, stream: SimStream, synth: OutputSynth):
+    def __init__(self, stream: SimStream, synth: OutputSynth, vision: VisionWork | None = None):
         self.stream = stream
         self.synth = synth
+        self.vision = vision  # the image tower's shape, for a model that embeds images
         self.pool = PinnedPool(pin=False)  # page-locked memory needs CUDA; the same pool logic
 
     def enter_thread(self) -> None:
@@ -74,10 +82,10 @@ class SimDevice:
         return self.stream.launch(call.lengths, call.layout.sequences, copied, adapted)
 
     def capture(self, call: Call):
-        return _Graph(), None
+        return _Graph(self.forward), None
 
-    def replay(self, graph, out, call: Call) -> Launch:
-        return self.forward(call)
+    def replay(self, graph, out, call) -> Launch:
+        return graph.forward(call)
 
     def download(self, out: Launch, call: Call, staging, info: StepInfo) -> LazyTensor:
         rows, cols = self.synth.shape(call.batch)
@@ -90,3 +98,32 @@ class SimDevice:
 
     def is_sticky(self, e: BaseException) -> bool:
         return is_sticky_cuda_error(e)
+
+    def image_plan(self, images: int) -> None:
+        return None
+
+    def upload_images(self, images, layout, dest, dimension):
+        staging = self.pool.acquire(layout.size * 4)
+        pack(images, layout, staging.np_floats, dimension)
+        return staging.np_floats, (staging,)
+
+    def forward_images(self, call: ImageCall) -> Launch:
+        if self.vision is None:
+            raise RuntimeError("the simulated device has no vision tower to cost")
+        slots = call.layout.slots
+        copied = (call.layout.size + call.count * self.synth.cols[OutputKind.DENSE]) * 4
+        seconds = self.stream.cost.image_seconds(slots, self.vision)
+        return self.stream.launch([self.vision.tokens] * slots, slots, copied, seconds=seconds)
+
+    def capture_images(self, call: ImageCall):
+        return _Graph(self.forward_images), None
+
+    def download_images(self, out: Launch, call: ImageCall, staging, info: StepInfo) -> LazyTensor:
+        rows, cols = call.count, self.synth.cols[OutputKind.DENSE]
+        buf = self.pool.acquire(rows * cols * 4)
+        if not out.event.code:
+            images = call.images
+            self.synth.fill_images(images.pixels, images.dims, images.norm, buf.np_floats)
+        out.event.written()
+        self.stream.landed(out)
+        return LazyTensor.staged(buf, rows, cols, out.event, self.pool, staging, info)

@@ -19,7 +19,7 @@ from ..engine import Engine
 from ..interface import OutputKind
 from ..models import attn_shape, build_model, check_supported
 from ..step.graphs import Dispatcher, GraphSettings
-from .cost import CostModel
+from .cost import CostModel, VisionWork
 from .device import SimDevice
 from .faults import parse as parse_faults
 from .outputs import OutputSynth
@@ -75,10 +75,12 @@ class SimEngine(Engine):
         stream = SimStream(settings.cost, settings.launch_us, parse_faults(settings.faults), settings.log_path)
         synth = OutputSynth(model.dimension, model.multi_vector_dimension, spec.hidden_size, spec.vocab_size,
                             len(spec.labels) if OutputKind.CLASSIFY in model.kinds else 0)
-        device = SimDevice(stream, synth)
+        vision = spec.vision_config
+        work = VisionWork.of(vision, class_token=spec.model_type == "clip") if vision is not None else None
+        device = SimDevice(stream, synth, work)
         bank = Bank(model, spec.model_type, torch.device("cpu"), torch.float32, max_adapters, max_adapter_rank)
         runner = assemble(device, model.dimension, spec.normalize, (),
-                          Dispatcher(graph_settings or GraphSettings(), enabled=graphs), bank)
+                          Dispatcher(graph_settings or GraphSettings(), enabled=graphs), bank, model.image_input)
         engine = cls(spec, model, torch.bfloat16, backend, runner)
         engine.settings = settings
         engine.stream = stream

@@ -92,6 +92,33 @@ class OutputSynth:
             self._w = _mix(np.arange(max(positions, 2 * self._w.size), dtype=np.uint64) * _POS) | np.uint64(1)
         return self._w
 
+    def _dense_rows(self, per_seq: np.ndarray, dims: np.ndarray, norm: np.ndarray, dst: np.ndarray) -> None:
+        """Dense rows from one 64-bit hash per row, cut to ``dims`` and
+        normalised where ``norm`` > 0."""
+        cols = dst.shape[1]
+        v = self._dense[per_seq >> _HIGH]
+        v += self._dense[(per_seq >> _NEXT) & _MASK]
+        if (dims < cols).any():
+            v[np.arange(cols)[None, :] >= dims[:, None]] = 0.0
+        keep = norm > 0
+        if keep.all():
+            v /= np.sqrt(np.einsum("ij,ij->i", v, v))[:, None]
+        elif keep.any():
+            v[keep] /= np.sqrt(np.einsum("ij,ij->i", v[keep], v[keep]))[:, None]
+        dst[:] = v
+
+    def fill_images(self, pixels: np.ndarray, dims: np.ndarray, norm: np.ndarray, out: np.ndarray) -> None:
+        """Dense rows of images (``pixels`` float32 ``[N, ...]``; options
+        resolved) into the flat float32 ``out``: each a function of its own
+        image, hashed over a fixed sample of its values (the whole image
+        would cost the host a pass over megabytes a step)."""
+        n, cols = pixels.shape[0], self.cols[OutputKind.DENSE]
+        words = pixels.reshape(n, -1).view(np.uint32)
+        sample = _sample(words.shape[1])
+        per_image = np.add.reduce(words[:, sample].astype(np.uint64) * self._weights(sample.size)[: sample.size],
+                                  axis=1)
+        self._dense_rows(per_image, dims, norm, out[: n * cols].reshape(n, cols))
+
     def shape(self, batch: Batch) -> tuple[int, int]:
         layout, kind = batch.layout, batch.kind
         if kind in (OutputKind.SPARSE, OutputKind.TOKEN_STATES):
@@ -122,17 +149,7 @@ class OutputSynth:
         per_seq = np.add.reduceat(weighted, starts)
         kind = batch.kind
         if kind is OutputKind.DENSE:
-            v = self._dense[per_seq >> _HIGH]
-            v += self._dense[(per_seq >> _NEXT) & _MASK]
-            dims = batch.numpy_field("dims")
-            if (dims < cols).any():
-                v[np.arange(cols)[None, :] >= dims[:, None]] = 0.0
-            norm = batch.numpy_field("norm") > 0
-            if norm.all():
-                v /= np.sqrt(np.einsum("ij,ij->i", v, v))[:, None]
-            elif norm.any():
-                v[norm] /= np.sqrt(np.einsum("ij,ij->i", v[norm], v[norm]))[:, None]
-            dst[:] = v
+            self._dense_rows(per_seq, batch.numpy_field("dims"), batch.numpy_field("norm"), dst)
             return
         per_seq = _mix(per_seq)
         if kind is OutputKind.SCORE:
@@ -161,3 +178,11 @@ class OutputSynth:
             dst[seg, batch.numpy_field("ids")] = _unit(_mix(ids + per_seq[seg]))
         else:  # pragma: no cover - every kind is listed above
             raise ValueError(f"no simulated output for {kind}")
+
+
+_SAMPLE = 4096  # pixel values an image's hash reads
+
+
+def _sample(values: int) -> np.ndarray:
+    """Evenly spread indices of at most ``_SAMPLE`` of ``values`` values."""
+    return np.unique(np.linspace(0, values - 1, min(values, _SAMPLE)).astype(np.int64))

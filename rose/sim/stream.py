@@ -42,11 +42,13 @@ class SimStream:
         self._lock = threading.Lock()  # steps may come from several host threads
         self._log = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115 (process lifetime)
 
-    def launch(self, lengths: list[int], sequences: int, copy_bytes: int = 0, adapted: float = 0.0) -> Launch:
+    def launch(self, lengths: list[int], sequences: int, copy_bytes: int = 0, adapted: float = 0.0,
+               seconds: float | None = None) -> Launch:
         """Queues one step over segments of ``lengths`` (the filler segment
         of a padded step included), whose input and output copies move
         ``copy_bytes`` in all, with ``adapted`` tokens' worth of LoRA work
-        (``CostModel.seconds``). The step reaches the device once the host's
+        (``CostModel.seconds``); ``seconds``: the step's compute when the
+        caller costed it (an image step, ``CostModel.image_seconds``). The step reaches the device once the host's
         launch is over (``launch_us`` from now); ``landed`` ends that launch
         on the host. Its event completes at its modelled end, once its rows
         are written too (``SimEvent.written``)."""
@@ -60,7 +62,8 @@ class SimStream:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated device)")
             now = time.monotonic_ns()
             start = max(now + self.launch_ns, self.busy_until)
-            duration = round((self.cost.seconds(lengths, adapted) + copy_seconds(copy_bytes)) * 1e9)
+            compute = self.cost.seconds(lengths, adapted) if seconds is None else seconds
+            duration = round((compute + copy_seconds(copy_bytes)) * 1e9)
             end = self.busy_until = start + duration
             self.busy_ns += duration
             code = fault.code if fault is not None else 0

@@ -13,7 +13,7 @@ device modelled).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import torch
 
@@ -25,6 +25,9 @@ from ..lazy import LazyTensor, StepInfo
 from ..models import EmbeddingModel
 from .inputs import repack, rows_for, step_inputs
 from .staging import Buffer, PinnedPool
+
+if TYPE_CHECKING:  # images.py runs on a Device: it imports this module
+    from .images import HostImages, ImageCall, ImageLayout
 
 
 class Call:
@@ -87,8 +90,8 @@ class Device(Protocol[Out]):
         """Captures ``call`` as a graph: (graph, its static output), or
         (None, None) where the device has no graphs."""
 
-    def replay(self, graph: object, out: Out | None, call: Call) -> Out:
-        """Replays a captured graph; its output."""
+    def replay(self, graph: object, out: Out | None, call: Call | ImageCall) -> Out:
+        """Replays a captured graph (a text or an image step's); its output."""
 
     def download(self, out: Out, call: Call, staging: tuple[Buffer, ...],
                  info: StepInfo) -> LazyTensor:
@@ -96,6 +99,27 @@ class Device(Protocol[Out]):
 
     def is_sticky(self, e: BaseException) -> bool:
         """Whether ``e`` leaves the device unusable for good."""
+
+    # Image steps (``images.py``); ``replay`` and ``static_arena`` serve them too.
+
+    def image_plan(self, images: int) -> object | None:
+        """The attention plan of ``images`` images, made once per
+        configuration, outside any capture."""
+
+    def upload_images(self, images: HostImages, layout: ImageLayout, dest: torch.Tensor | None,
+                      dimension: int) -> tuple[torch.Tensor, tuple[Buffer, ...]]:
+        """The images' float32 arena on the device (``dest`` when given),
+        spare slots filled; with the staging buffers to keep."""
+
+    def forward_images(self, call: ImageCall) -> Out:
+        """Runs the vision tower over every slot of the call's arena."""
+
+    def capture_images(self, call: ImageCall) -> tuple[object | None, Out | None]:
+        """``capture`` for an image call."""
+
+    def download_images(self, out: Out, call: ImageCall, staging: tuple[Buffer, ...],
+                        info: StepInfo) -> LazyTensor:
+        """The real images' rows of ``out`` on their way to the host."""
 
 
 class CudaDevice:
@@ -164,6 +188,31 @@ class CudaDevice:
 
     def is_sticky(self, e: BaseException) -> bool:
         return is_sticky_cuda_error(e)
+
+    def image_plan(self, images: int) -> object:
+        return self.model.image_plan(images, self.torch_device)
+
+    def upload_images(self, images, layout, dest, dimension):
+        from .images import pack  # images.py imports this module
+
+        staging = self.pool.acquire(layout.size * 4)
+        pack(images, layout, staging.np_floats, dimension)
+        arena = dest if dest is not None else torch.empty(layout.size, dtype=torch.float32, device=self.torch_device)
+        arena.copy_(staging.floats[: layout.size], non_blocking=True)
+        return arena, (staging,)
+
+    def forward_images(self, call) -> torch.Tensor:
+        pixels, dims, norm = call.layout.views(call.arena)
+        return self.model.embed_images(pixels, dims, norm != 0, call.plan)
+
+    def capture_images(self, call):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._graph_pool, capture_error_mode="thread_local"):
+            out = _f32(self.forward_images(call))
+        return graph, out
+
+    def download_images(self, out, call, staging, info):
+        return LazyTensor.copy_from_device(_f32(out[: call.count]), self.pool, staging, info)
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Lazily captured whole-model CUDA graphs.
 
 One graph per configuration = (output kind, sequence count, padded token
-count). Token counts pad up to buckets (multiples of ``fine_step`` up to
+count); an image step's configuration is its image count padded to a power
+of two (``image_key``), under a dispatcher of its own. Token counts pad up to buckets (multiples of ``fine_step`` up to
 ``fine_limit``, then of ``coarse_step``, up to ``max_tokens``). Per
 configuration, the first hit runs eagerly on the static buffers (kernels are
 chosen, workspaces allocated), the second captures and replays, later hits
@@ -29,9 +30,11 @@ class GraphSettings:
     fine_step: int = 64
     fine_limit: int = 1024
     coarse_step: int = 256
+    # Image steps: image counts pad up to powers of two, up to this many.
+    max_images: int = 64
 
     def __post_init__(self):
-        if min(self.max_tokens, self.max_sequences, self.fine_step, self.coarse_step) < 1:
+        if min(self.max_tokens, self.max_sequences, self.fine_step, self.coarse_step, self.max_images) < 1:
             raise ValueError("graph bucket settings must be positive")
         if self.fine_limit % self.fine_step or self.coarse_step % self.fine_step:
             raise ValueError("fine_limit and coarse_step must be multiples of fine_step")
@@ -46,6 +49,13 @@ class GraphSettings:
         else:
             padded = -(-need // self.coarse_step) * self.coarse_step
         return padded if padded <= self.max_tokens else None
+
+    def image_bucket(self, images: int) -> int | None:
+        """Padded image count (the next power of two) for a step of
+        ``images`` images, or None when it runs eagerly (over
+        ``max_images``)."""
+        padded = 1 << max(images - 1, 0).bit_length()
+        return padded if 0 < images and padded <= self.max_images else None
 
     def buckets(self) -> list[int]:
         """Every padded token count the grid can produce."""
@@ -109,6 +119,15 @@ class Dispatcher:
             return None
         padded = self.settings.bucket(tokens)
         return None if padded is None else GraphKey(kind, sequences, padded)
+
+    def image_key(self, images: int, tokens_per_image: int) -> GraphKey | None:
+        """The configuration of an image step (images padded to a power of
+        two, ``tokens`` what the vision tower computes), or None if it runs
+        eagerly."""
+        if not self.enabled:
+            return None
+        padded = self.settings.image_bucket(images)
+        return None if padded is None else GraphKey(OutputKind.DENSE, padded, padded * tokens_per_image)
 
     def hit(self, key: GraphKey | None) -> Action:
         """Records a hit and says what to do. The caller reports the outcome

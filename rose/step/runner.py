@@ -21,6 +21,7 @@ from ..interface import Batch
 from ..lazy import LazyTensor
 from .device import Device
 from .graphs import Dispatcher, GraphKey
+from .images import HostImages, ImageRuntime
 from .inputs import resolve_defaults
 from .runtime import RunnerStats, Runtime
 
@@ -29,14 +30,17 @@ class Runner:
     """Executes steps for one model on one device."""
 
     def __init__(self, device: Device, runtimes: Sequence[Runtime], dispatcher: Dispatcher, dimension: int,
-                 normalize_default: bool):
+                 normalize_default: bool, images: ImageRuntime | None = None):
         self.device = device
         self.runtimes = tuple(runtimes)
         self.dispatcher = dispatcher  # which graph configurations exist (disabled: none)
         self.dimension = dimension
         self.normalize_default = normalize_default
-        # Every label a step may report, in runtime order: the host's metric labels.
-        self.labels = tuple(dict.fromkeys(label for r in self.runtimes for label in r.labels))
+        self.images = images  # image steps, for a model that embeds images
+        # Every label a step may report, in runtime order (image steps'
+        # last): the host's metric labels.
+        image_labels = images.labels if images is not None else ()
+        self.labels = tuple(dict.fromkeys([*(label for r in self.runtimes for label in r.labels), *image_labels]))
         self.stats = RunnerStats(self.labels)
         self._host_thread = threading.local()
 
@@ -79,6 +83,21 @@ class Runner:
             for earlier in self.runtimes[:self.runtimes.index(runtime)]:
                 earlier.observe(batch, lazy)
         assert lazy.info is not None  # every runtime labels its steps (Runtime.labels)
+        self.stats.count(lazy.info)
+        return lazy
+
+    def run_images(self, images: HostImages) -> LazyTensor:
+        """An image step (checked, options resolved) from any thread."""
+        if self.images is None:
+            raise ValueError("this runner has no image steps")
+        with torch.inference_mode(), self.device.guard():
+            try:
+                lazy = self.images.run(images)
+            except RuntimeError as e:
+                if self.device.is_sticky(e):
+                    raise DeviceError(f"the CUDA context is unusable after: {e}") from e
+                raise
+        assert lazy.info is not None
         self.stats.count(lazy.info)
         return lazy
 
