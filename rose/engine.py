@@ -23,7 +23,7 @@ from .interface import Batch, Images, OutputKind
 from .lazy import LazyTensor
 from .models import EmbeddingModel, attn_shape, check_supported
 from .step.graphs import GraphKey, GraphSettings
-from .step.images import check_images
+from .step.image_inputs import check_images
 from .step.lora import LoraRuntime
 from .step.runner import Runner
 

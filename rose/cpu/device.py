@@ -13,7 +13,7 @@ from ..interface import Batch
 from ..lazy import LazyTensor
 from ..models import EmbeddingModel
 from ..step.device import Call
-from ..step.images import pack
+from ..step.image_inputs import pack
 from ..step.inputs import repack, rows_for, step_inputs
 from ..step.staging import PinnedPool
 from .threads import ThreadBudget

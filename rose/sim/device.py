@@ -25,7 +25,7 @@ from ..errors import is_sticky_cuda_error
 from ..interface import OutputKind
 from ..lazy import LazyTensor, StepInfo
 from ..step.device import Call
-from ..step.images import ImageCall, pack
+from ..step.image_inputs import ImageCall, pack
 from ..step.inputs import repack
 from ..step.staging import PinnedPool
 from .cost import VisionWork

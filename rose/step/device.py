@@ -13,7 +13,7 @@ device modelled).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import torch
 
@@ -23,11 +23,9 @@ from ..errors import is_sticky_cuda_error
 from ..interface import Batch, Layout, OutputKind
 from ..lazy import LazyTensor, StepInfo
 from ..models import EmbeddingModel
+from .image_inputs import HostImages, ImageCall, ImageLayout, pack
 from .inputs import repack, rows_for, step_inputs
 from .staging import Buffer, PinnedPool
-
-if TYPE_CHECKING:  # images.py runs on a Device: it imports this module
-    from .images import HostImages, ImageCall, ImageLayout
 
 
 class Call:
@@ -193,8 +191,6 @@ class CudaDevice:
         return self.model.image_plan(images, self.torch_device)
 
     def upload_images(self, images, layout, dest, dimension):
-        from .images import pack  # images.py imports this module
-
         staging = self.pool.acquire(layout.size * 4)
         pack(images, layout, staging.np_floats, dimension)
         arena = dest if dest is not None else torch.empty(layout.size, dtype=torch.float32, device=self.torch_device)

@@ -21,7 +21,8 @@ from ..interface import Batch
 from ..lazy import LazyTensor
 from .device import Device
 from .graphs import Dispatcher, GraphKey
-from .images import HostImages, ImageRuntime
+from .image_inputs import HostImages
+from .images import ImageRuntime
 from .inputs import resolve_defaults
 from .runtime import RunnerStats, Runtime
 
