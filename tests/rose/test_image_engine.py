@@ -7,15 +7,19 @@ and cost."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from bench.harness.tiny_models import tiny_dual_encoder
+from rose.config import ModelSpec
 from rose.engine import Engine
-from rose.errors import InvalidBatchError
+from rose.errors import InvalidBatchError, ModelLoadError
 from rose.interface import Batch, Images
+from rose.models import check_served, config_refusal, serving_refusal
 from rose.sim import SimEngine
 from rose.sim.cost import DEFAULT as ROOFLINE
 from rose.sim.cost import VisionWork
@@ -151,6 +155,17 @@ def test_bad_input_is_refused(engines, bert_dir):
     # The engine still serves both after refusals.
     assert rows(engine, Images(good)).shape == (2, 24)
     assert engine.embed(TEXTS).shape == (len(TEXTS), 24)
+
+
+def test_servers_refuse_what_only_the_engine_serves(dual_dirs):
+    """Tulip and the Hub download refuse CLIP and SigLIP (the gateway takes
+    no images yet); the engine builds them."""
+    for d in dual_dirs.values():
+        config = json.loads((d / "config.json").read_text())
+        assert config_refusal(config) is None
+        assert "Engine.step_images" in (serving_refusal(config) or "")
+        with pytest.raises(ModelLoadError, match="gateway takes no images"):
+            check_served(ModelSpec.from_dir(d))
 
 
 def test_simulated_image_steps(dual_dirs):
