@@ -34,6 +34,7 @@ COMMANDS = {
     "batch-api": "batch_api",
     "batch-chaos": "batch_chaos",
     "cpu-warm-start": "cpu_warm_start",
+    "sim-images": "sim_images",
 }
 
 
