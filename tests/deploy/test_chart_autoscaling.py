@@ -215,3 +215,13 @@ def test_the_batch_api_without_its_cluster_store_is_refused(helm_bin):
             "--set", "ivy.batch.objectStoreUrl=s3://b"]
     out = helm(*args)
     assert out.returncode != 0 and "ivy.batch.databaseUrlSecret" in out.stderr, out.stderr
+
+
+def test_the_hpa_variant_reads_the_batch_api_queue(helm_bin, scaledobject_schema):
+    objects = render(sets={**HPA, **BATCH})
+    validate_all(objects, scaledobject_schema)
+    metrics = one(objects, "HorizontalPodAutoscaler", "tulip")["spec"]["metrics"]
+    (queue,) = [m["external"] for m in metrics if m["external"]["metric"]["name"] == "ivy_batch_pending_requests"]
+    assert queue["target"] == {"type": "AverageValue", "averageValue": "5000"}
+    assert len(metrics) == 3
+    assert len(one(render(sets=HPA), "HorizontalPodAutoscaler", "tulip")["spec"]["metrics"]) == 2
