@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import numpy as np
 import pytest
@@ -81,6 +82,16 @@ def test_concurrent_requests_keep_their_own_rows(cluster):
         assert np.allclose(g, w, atol=1e-5)
 
 
+def drain_seconds(log: str) -> float:
+    """Seconds from Tulip's "stopping" line to its "stopped" line."""
+    times = {}
+    for line in log.splitlines():
+        for word in ("stopping", "stopped"):
+            if f"_native::server: {word}" in line:
+                times[word] = datetime.fromisoformat(line.split()[0])
+    return (times["stopped"] - times["stopping"]).total_seconds()
+
+
 def stream_while(ivy: Ivy, batch: list[str], want: np.ndarray, victim: Tulip, event) -> None:
     """Four clients send `batch` in a loop; once `victim` holds work from
     this Ivy, `event(victim)` happens; a dozen more requests follow. Every
@@ -140,8 +151,11 @@ def test_draining_replica_finishes_its_work_and_gets_no_more(cluster, log_dir):
     stream_while(ivy, batch, want, leaving, lambda t: t.signal(signal.SIGTERM))
     assert leaving.proc.wait(60) == 0
     # Marked draining (by its health answer, or by a refused call that says
-    # it drains), not lost.
-    assert f'replica={leaving.url} from="serving" to="draining"' in ivy.log()
+    # it drains), not lost. A drain shorter than Ivy's health interval
+    # (0.2 s) that no call reached can end before Ivy looks: the replica then
+    # goes straight to down, which loses nothing either (checked above).
+    drained_s = drain_seconds(leaving.log())
+    assert f'replica={leaving.url} from="serving" to="draining"' in ivy.log() or drained_s < 0.5, drained_s
     assert series(ivy, "ivy_replica_up", leaving) == 0
     assert series(ivy, "ivy_replica_inflight_tokens", leaving) == 0
 
