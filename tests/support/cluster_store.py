@@ -86,13 +86,17 @@ class Postgres:
         self.data = self.dir / "data"
         self.port = free_port()
         self._drop, owner = _as_nobody()
-        if owner:
-            os.chown(self.dir, *owner)
-            self.bin = _reachable(bin_dir, self.dir)
-        subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                        "-E", "UTF8", "--no-sync"], check=True, capture_output=True, preexec_fn=self._drop)
         self.proc: Process | None = None
-        self.start()
+        try:
+            if owner:
+                os.chown(self.dir, *owner)
+                self.bin = _reachable(bin_dir, self.dir)
+            subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                            "-E", "UTF8", "--no-sync"], check=True, capture_output=True, preexec_fn=self._drop)
+            self.start()
+        except BaseException:
+            self.close()  # a failed start leaves nothing behind
+            raise
 
     @property
     def url(self) -> str:
@@ -141,7 +145,11 @@ class SeaweedS3:
                *(f"-{k}={v}" for k, v in ports.items())]
         self.proc = Process("seaweedfs", cmd, {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET},
                             log_dir=log_dir)
-        wait_for(lambda: self.keys("") is not None, "the bucket exists", timeout=90)
+        try:
+            wait_for(lambda: self.keys("") is not None, "the bucket exists", timeout=90)
+        except BaseException:
+            self.close()  # a failed start leaves nothing behind
+            raise
 
     @property
     def env(self) -> dict[str, str]:
