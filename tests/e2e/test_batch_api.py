@@ -38,8 +38,8 @@ def store(tmp_path_factory):
 
 
 def _ivy(tulip, minilm_dir, log_dir, store, **flags):
-    return Ivy([tulip.url], minilm_dir, log_dir=log_dir, api_key=",".join(KEYS), batch_dir=str(store),
-               batch_shard_lines=25, batch_lease=2, batch_max_file_bytes=1_000_000, **flags)
+    settings = {"batch_shard_lines": 25, "batch_lease": 2, "batch_max_file_bytes": 1_000_000, **flags}
+    return Ivy([tulip.url], minilm_dir, log_dir=log_dir, api_key=",".join(KEYS), batch_dir=str(store), **settings)
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,11 @@ def test_expiry_keeps_what_finished_and_lists_the_rest(ivy, store):
 
 
 def test_the_only_ivy_killed_and_restarted_resumes(tulip_minilm, minilm_dir, log_dir, tmp_path):
-    alone = _ivy(tulip_minilm, minilm_dir, log_dir, tmp_path)
+    """One shard of 1000 lines: progress is first seen at its first
+    checkpoint (256 lines), so the kill lands while the shard is held
+    (with 25-line shards it could land between two, leaving none to
+    resume)."""
+    alone = _ivy(tulip_minilm, minilm_dir, log_dir, tmp_path, batch_shard_lines=1000)
     try:
         c = client(alone)
         n = 1500
@@ -217,7 +221,7 @@ def test_the_only_ivy_killed_and_restarted_resumes(tulip_minilm, minilm_dir, log
         wait_for(lambda: c.batches.retrieve(b.id).request_counts.completed >= 100, "progress", timeout=60)
         alone.signal(signal.SIGKILL)
         alone.kill()
-        alone = _ivy(tulip_minilm, minilm_dir, log_dir, tmp_path)
+        alone = _ivy(tulip_minilm, minilm_dir, log_dir, tmp_path, batch_shard_lines=1000)
         c = client(alone)
         done = wait_done(c, b.id, timeout=120)
         ids = [o["custom_id"] for o in jsonl(c, done.output_file_id)]
