@@ -8,8 +8,6 @@ output.
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -17,10 +15,8 @@ import torch
 from ..lazy import LazyTensor, StepInfo
 from ..models import ImageInput
 from .device import Device
-from .graphs import Action, Dispatcher, GraphKey
+from .graphs import Action, Dispatcher, GraphKey, capture_into
 from .image_inputs import HostImages, ImageCall, ImageLayout
-
-log = logging.getLogger("rose.graphs")
 
 # Step labels, by the dispatcher's action.
 _LABELS = {a: f"image_{a.value}" for a in Action}
@@ -86,23 +82,8 @@ class ImageRuntime:
     def _capture(self, entry: _Entry, key: GraphKey, call: ImageCall) -> float:
         """Captures the configuration; one that fails stays eager on its
         static buffers. Seconds spent, 0 on a device without graphs."""
-        started = time.perf_counter()
-        try:
-            graph, out = self.device.capture_images(call)
-        except Exception as e:  # a kernel that cannot be captured: stay eager
-            if self.device.is_sticky(e):
-                raise
-            log.exception("capture of %d-image steps failed; they will run eagerly on static buffers",
-                          key.sequences)
-            self.dispatcher.failed(key)
-            return time.perf_counter() - started
-        entry.graph, entry.out = graph, out
-        self.dispatcher.captured(key)
-        if graph is None:
-            return 0.0
-        elapsed = time.perf_counter() - started
-        log.info("captured %d-image steps in %.0f ms", key.sequences, elapsed * 1e3)
-        return elapsed
+        return capture_into(entry, key, self.dispatcher, self.device, f"{key.sequences}-image steps",
+                            lambda: self.device.capture_images(call))
 
 
 @functools.lru_cache(maxsize=1024)

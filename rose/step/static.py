@@ -6,8 +6,6 @@ capture, replay). A step outside the grid is left to the next runtime."""
 from __future__ import annotations
 
 import enum
-import logging
-import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -16,9 +14,7 @@ import torch
 from ..interface import Batch, Layout
 from ..lazy import LazyTensor, StepInfo
 from .device import Call, Device
-from .graphs import Action, Dispatcher, GraphKey
-
-log = logging.getLogger("rose.graphs")
+from .graphs import Action, Dispatcher, GraphKey, capture_into
 
 
 class _Outside(enum.Enum):
@@ -103,20 +99,5 @@ class StaticRuntime:
         """Captures the configuration (its full-bucket layout; the sizes
         match ``call``'s); a capture that fails leaves it eager on its
         static buffers. Seconds spent, 0 on a device without graphs."""
-        started = time.perf_counter()
         whole = Call(call.kind, entry.arena, entry.layout, call.lengths, entry.layout.tokens, call.batch)
-        try:
-            graph, out = self.device.capture(whole)
-        except Exception as e:  # a kernel that cannot be captured: stay eager
-            if self.device.is_sticky(e):
-                raise
-            log.exception("capture of %s failed; it will run eagerly on static buffers", key)
-            self.dispatcher.failed(key)
-            return time.perf_counter() - started
-        entry.graph, entry.out = graph, out
-        self.dispatcher.captured(key)
-        if graph is None:
-            return 0.0
-        elapsed = time.perf_counter() - started
-        log.info("captured %s in %.0f ms", key, elapsed * 1e3)
-        return elapsed
+        return capture_into(entry, key, self.dispatcher, self.device, str(key), lambda: self.device.capture(whole))
