@@ -157,6 +157,24 @@ class Engine:
         host = check_images(images, image, self.info.dimension, self.info.normalize_default)
         return self.runner.run_images(host)
 
+    def step_images_arena(self, pixels: bytearray, images: int, dimensions: Sequence[int],
+                          normalize: Sequence[bool]) -> tuple:
+        """The host's path for image steps (Tulip's): ``pixels`` float32
+        little-endian ``[images, C, H, W]`` at ``info.image_size`` back to
+        back, per image its dimensions (0: full) and normalisation; returns
+        what ``step_arena`` returns. The pixels are read in place (no copy
+        before the step's own copy to its arena)."""
+        image = self.model.image_input
+        if image is None:
+            raise InvalidBatchError(f"this model ({self.info.architecture}) takes no images, only token ids")
+        flat = np.frombuffer(pixels, dtype="<f4")
+        if flat.size != images * image.values:
+            raise InvalidBatchError(f"{flat.size} pixel values for {images} images of {image.values} each")
+        batch = Images(flat.reshape(images, image.channels, image.height, image.width),
+                       dimensions=list(dimensions), normalize=list(normalize))
+        lazy = self.step_images(batch)
+        return (lazy, *lazy.describe())
+
     def step_arena(self, arena: bytearray, sequences: int, tokens: int, kind: str,
                    adapters: Sequence[str | None] | None = None) -> tuple:
         """The host's path (Tulip's): one call from an arena the host built,

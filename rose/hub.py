@@ -100,10 +100,10 @@ def download(repo_id: str, revision: str | None = None) -> Path:
     # its weights are fetched.
     config = _snapshot(repo_id, revision, ["config.json"], where) / "config.json"
     if config.is_file():
-        from .models import serving_refusal
+        from .models import config_refusal
 
         try:
-            why = serving_refusal(json.loads(config.read_text()))
+            why = config_refusal(json.loads(config.read_text()))
         except ValueError as e:
             raise ModelLoadError(f"{where}: config.json is not JSON ({e})") from e
         if why:

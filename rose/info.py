@@ -69,6 +69,14 @@ class ModelInfo:
     image_size: tuple[int, int] = (0, 0)
     image_tokens: int = 0
     image_step_modes: tuple[str, ...] = ()
+    # The model's preprocessor_config.json ("" when the directory has none):
+    # how a host prepares pixels for ``step_images``.
+    preprocessor_file: str = ""
+    # Texts a host pads to this many tokens with ``pad_token_id`` before a
+    # step (SigLIP was trained on text padded to a fixed length and pools
+    # the last position); 0: texts go unpadded.
+    text_pad_to: int = 0
+    pad_token_id: int = 0
 
     @property
     def takes_images(self) -> bool:
@@ -107,6 +115,9 @@ class ModelInfo:
             image_size=(image.height, image.width) if image is not None else (0, 0),
             image_tokens=image.tokens if image is not None else 0,
             image_step_modes=image_step_modes if image is not None else (),
+            preprocessor_file=_preprocessor_file(spec.path) if image is not None else "",
+            text_pad_to=getattr(model, "text_pad_to", 0),
+            pad_token_id=getattr(model, "pad_token_id", 0),
             **_tokenizer_identity(spec.path),
         )
 
@@ -122,6 +133,11 @@ def _span_pooling(spec: ModelSpec, model: EmbeddingModel) -> str:
     if model.dimension != spec.hidden_size:
         return ""
     return p.pooling[0]
+
+
+def _preprocessor_file(path: Path) -> str:
+    pre = Path(path) / "preprocessor_config.json"
+    return str(pre) if pre.is_file() else ""
 
 
 def _tokenizer_identity(path: Path) -> dict[str, str]:

@@ -302,12 +302,12 @@ def _load_engine(args, model: str, log):
     from rose import Engine, RoseError
     from rose.config import ModelSpec
     from rose.hub import resolve
-    from rose.models import check_served
+    from rose.models import check_supported
     from rose.step.graphs import GraphSettings
 
     try:
         model_dir, name = resolve(model)
-        check_served(ModelSpec.from_dir(model_dir))  # CLIP and SigLIP: the engine's Python API only, for now
+        check_supported(ModelSpec.from_dir(model_dir))
     except RoseError as e:
         log.error("cannot load model: %s", e)
         raise _Refused from e

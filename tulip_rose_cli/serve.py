@@ -180,7 +180,7 @@ def resolve_model(model: str | None) -> tuple[str | None, str | None]:
     from rose import RoseError
     from rose.config import ModelSpec
     from rose.hub import resolve
-    from rose.models import check_served
+    from rose.models import check_supported
 
     try:
         if Path(model).expanduser().is_dir():
@@ -190,7 +190,7 @@ def resolve_model(model: str | None) -> tuple[str | None, str | None]:
     except RoseError as e:
         raise Usage(f"cannot load model {model}: {e}") from e
     try:  # refused here in one line, rather than by every replica in turn
-        check_served(ModelSpec.from_dir(path))
+        check_supported(ModelSpec.from_dir(path))
     except RoseError as e:
         raise Usage(f"cannot serve {e}") from e
     return str(path), name

@@ -449,7 +449,8 @@ def tiny_nomic_bert(dir, seed: int = 0) -> Path:
 
 
 
-def tiny_dual_encoder(dir, seed: int = 0, family: str = "clip", eos_token_id: int = 999) -> Path:
+def tiny_dual_encoder(dir, seed: int = 0, family: str = "clip", eos_token_id: int = 999,
+                      served: bool = False) -> Path:
     """A 2-layer CLIP (``family="clip"``) or SigLIP (``"siglip"``) model
     (``CLIPModel`` / ``SiglipModel``) with towers of different widths so a
     mixed-up weight cannot load: text hidden 32 (4 heads), vocabulary 1000,
@@ -457,23 +458,41 @@ def tiny_dual_encoder(dir, seed: int = 0, family: str = "clip", eos_token_id: in
     in 8-pixel patches, projection 24, ``eos_token_id`` as given (2 is the
     legacy "largest id" pooling). SigLIP: 48-pixel images in 16-pixel
     patches, the text head projecting to 48. No tokenizer (none is stored
-    for these vocabularies): tests give token ids."""
+    for these vocabularies): tests give token ids.
+
+    ``served``: a directory a server starts, as on the Hub: the
+    all-MiniLM-L6-v2 WordPiece tokenizer (vocabulary 30522; [CLS] 101 and
+    [SEP] 102 as start and end of text, pad 0; SigLIP pads to its 16
+    positions) and transformers' own ``preprocessor_config.json`` (CLIP:
+    shortest edge 32, centre crop 32, bicubic; SigLIP: 48x48 bilinear)."""
     from transformers import CLIPConfig, CLIPModel, SiglipConfig, SiglipModel
 
     out = _dir(dir)
     torch.manual_seed(seed)
-    text = dict(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=16)
+    text = dict(vocab_size=30522 if served else 1000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=16)
+    if served:
+        bos, eos_token_id, pad = 101, 102, 0
+    else:
+        bos, pad = 998, 1
     vision = dict(hidden_size=48, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
     if family == "clip":
-        cfg = CLIPConfig(text_config={**text, "bos_token_id": 998, "eos_token_id": eos_token_id, "pad_token_id": 1},
+        cfg = CLIPConfig(text_config={**text, "bos_token_id": bos, "eos_token_id": eos_token_id, "pad_token_id": pad},
                          vision_config={**vision, "image_size": 32, "patch_size": 8}, projection_dim=24)
         _save(CLIPModel(cfg), out, seed)
     elif family == "siglip":
-        cfg = SiglipConfig(text_config={**text, "projection_size": 48, "bos_token_id": None, "eos_token_id": 999,
-                                        "pad_token_id": 1},
+        cfg = SiglipConfig(text_config={**text, "projection_size": 48, "bos_token_id": None,
+                                        "eos_token_id": eos_token_id, "pad_token_id": pad},
                            vision_config={**vision, "image_size": 48, "patch_size": 16})
         _save(SiglipModel(cfg), out, seed)
     else:
         raise ValueError(f"family {family!r} is not one of clip, siglip")
+    if served:
+        from transformers import CLIPImageProcessor, SiglipImageProcessor
+
+        _tokenizer(out, "all-minilm-l6-v2", model_max_length=16)
+        if family == "clip":
+            CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(out)
+        else:
+            SiglipImageProcessor(size={"height": 48, "width": 48}).save_pretrained(out)
     return out

@@ -34,6 +34,10 @@ pub enum ApiError {
     /// An uploaded file over its own bound (`--batch-max-file-bytes`).
     #[error("{0}")]
     FileTooLarge(String),
+    /// An image over --max-image-bytes or --max-image-pixels (a
+    /// decompression bomb is refused on its header).
+    #[error("{0}")]
+    ImageTooLarge(String),
     /// A Batch API file or batch that does not exist for this API key.
     #[error("{0}")]
     NotFound(String),
@@ -107,6 +111,7 @@ impl ApiError {
             Self::Empty(_) => "empty",
             Self::PayloadTooLarge { .. } => "too_large",
             Self::FileTooLarge(_) => "file_too_large",
+            Self::ImageTooLarge(_) => "image_too_large",
             Self::NotFound(_) => "not_found",
             Self::RouteNotFound(_) => "route_not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
@@ -134,7 +139,9 @@ impl ApiError {
             | Self::Empty(_)
             | Self::Unsupported(_)
             | Self::UpstreamInvalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) | Self::ImageTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::ModelNotFound(_) | Self::RouteNotFound(_) | Self::NotFound(_) => {
                 StatusCode::NOT_FOUND
             }
@@ -175,7 +182,7 @@ impl ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, "Validation")
             }
             Self::Empty(_) => (StatusCode::BAD_REQUEST, "Empty"),
-            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) => {
+            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) | Self::ImageTooLarge(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "Validation")
             }
             Self::ModelNotFound(_) | Self::RouteNotFound(_) | Self::NotFound(_) => {
@@ -202,9 +209,10 @@ impl ApiError {
             | Self::Validation { .. }
             | Self::Empty(_)
             | Self::UpstreamInvalid(_) => Code::InvalidArgument,
-            Self::PayloadTooLarge { .. } | Self::FileTooLarge(_) | Self::Overloaded(_) => {
-                Code::ResourceExhausted
-            }
+            Self::PayloadTooLarge { .. }
+            | Self::FileTooLarge(_)
+            | Self::ImageTooLarge(_)
+            | Self::Overloaded(_) => Code::ResourceExhausted,
             Self::Unauthorized(_) => Code::Unauthenticated,
             Self::Unavailable(_) => Code::Unavailable,
             Self::Unsupported(_) => Code::FailedPrecondition,
@@ -258,6 +266,7 @@ mod tests {
             ApiError::Empty("m".into()),
             ApiError::PayloadTooLarge { limit: 1 },
             ApiError::FileTooLarge("m".into()),
+            ApiError::ImageTooLarge("m".into()),
             ApiError::NotFound("m".into()),
             ApiError::Unauthorized("m".into()),
             ApiError::Overloaded("m".into()),

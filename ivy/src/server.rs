@@ -67,6 +67,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         templates,
         metrics,
         spinner,
+        image_prep: Arc::new(tokio::sync::Semaphore::new(config.images.prep_threads())),
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),

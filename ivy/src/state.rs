@@ -32,6 +32,8 @@ pub struct Gateway {
     pub batches: Option<Arc<crate::batch::Batches>>,
     /// Start time (Unix seconds): the `created` of `GET /v1/models`.
     pub started_unix: u64,
+    /// Permits for images being prepared at once (`--image-prep-threads`).
+    pub image_prep: Arc<tokio::sync::Semaphore>,
 }
 
 impl Gateway {

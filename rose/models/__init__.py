@@ -22,8 +22,8 @@ from .qwen3 import Qwen3Embedder, Qwen3Reranker
 from .rerank import CrossEncoder
 from .splade import SpladeEncoder
 
-__all__ = ["EmbeddingModel", "ImageInput", "StepInputs", "attn_shape", "build_model", "check_served",
-           "check_supported", "config_refusal", "serving_refusal"]
+__all__ = ["EmbeddingModel", "ImageInput", "StepInputs", "attn_shape", "build_model", "check_supported",
+           "config_refusal"]
 
 ENCODERS = ("bert", "xlm-roberta")
 
@@ -42,11 +42,8 @@ def attn_shape(spec: ModelSpec) -> AttnShape:
 
 # What a server serves, for the refusal of everything else.
 SUPPORTED = ("bert, xlm-roberta and modernbert embedders and cross-encoders; deberta-v2 cross-encoders; mpnet, "
-             "gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers; SPLADE on bert and xlm-roberta")
-# Families the engine builds (``Engine.step_images`` for their images) that
-# no server starts yet: the gateway takes no images, nor pads SigLIP's text
-# to the fixed length it was trained on.
-ENGINE_ONLY = ("clip", "siglip")
+             "gemma3-text, nomic-bert and qwen3 embedders; qwen3 causal-LM rerankers; SPLADE on bert and xlm-roberta; "
+             "clip and siglip image and text embedders")
 MODEL_TYPES = ("bert", "xlm-roberta", "deberta-v2", "mpnet", "modernbert", "gemma3-text", "nomic-bert", "qwen3", "clip",
                "siglip", "null")
 
@@ -70,27 +67,6 @@ def config_refusal(config: dict) -> str | None:
     if model_type in MODEL_TYPES:
         return None
     return f"{describe(config)} is not supported; ROSE serves {SUPPORTED}"
-
-
-def serving_refusal(config: dict) -> str | None:
-    """``config_refusal``, and for a family only the engine's Python API
-    serves (``ENGINE_ONLY``) why a server (Tulip) does not: where a
-    server starts or fetches a model."""
-    why = config_refusal(config)
-    model_type = str(config.get("model_type", ""))
-    if why is None and model_type in ENGINE_ONLY:
-        why = (f"{describe(config)} is not supported; ROSE serves {SUPPORTED} ({model_type} through the engine's "
-               "Python API only, Engine.step_images for images: the gateway takes no images yet)")
-    return why
-
-
-def check_served(spec: ModelSpec) -> None:
-    """``check_supported``, then ``serving_refusal``: a ModelLoadError in
-    one line for a model a server cannot serve."""
-    check_supported(spec)
-    why = serving_refusal(spec.hf_config)
-    if why is not None:
-        raise ModelLoadError(f"{spec.path}: {why}")
 
 
 def check_supported(spec: ModelSpec) -> None:

@@ -233,6 +233,13 @@ class DualEncoder(EmbeddingModel):
         self.causal = self.towers.text.causal
         self.dimension = self.towers.dimension
         self.image_input = ImageInput(vision.channels, vision.image_size, vision.image_size, vision.tokens)
+        # SigLIP pools the last position of text padded to its fixed length
+        # (its processor's padding="max_length"): the host pads, as it
+        # tokenizes. CLIP pools its end-of-text token and needs no padding.
+        text = spec.hf_config.get("text_config") or {}
+        self.text_pad_to = 0 if self.causal else int(text.get("max_position_embeddings", 64))
+        pad = text.get("pad_token_id")
+        self.pad_token_id = 0 if self.causal else int(1 if pad is None else pad)
 
     def encode(self, x: StepInputs) -> torch.Tensor:
         text = self.towers.text

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from bench.harness.tiny_models import tiny_dual_encoder
 from rose.config import ModelSpec
 from rose.engine import Engine
-from rose.errors import InvalidBatchError, ModelLoadError
+from rose.errors import InvalidBatchError
 from rose.interface import Batch, Images
-from rose.models import check_served, config_refusal, serving_refusal
+from rose.models import check_supported, config_refusal
 from rose.sim import SimEngine
 from rose.sim.cost import DEFAULT as ROOFLINE
 from rose.sim.cost import VisionWork
@@ -157,15 +157,17 @@ def test_bad_input_is_refused(engines, bert_dir):
     assert engine.embed(TEXTS).shape == (len(TEXTS), 24)
 
 
-def test_servers_refuse_what_only_the_engine_serves(dual_dirs):
-    """Tulip and the Hub download refuse CLIP and SigLIP (the gateway takes
-    no images yet); the engine builds them."""
+def test_servers_take_clip_and_siglip_and_describe_their_inputs(dual_dirs, engines):
+    """Servers start CLIP and SigLIP (the Hub download and Tulip's launcher
+    check with ``config_refusal``/``check_supported``); the info says how a
+    host prepares images and pads SigLIP's text."""
     for d in dual_dirs.values():
         config = json.loads((d / "config.json").read_text())
         assert config_refusal(config) is None
-        assert "Engine.step_images" in (serving_refusal(config) or "")
-        with pytest.raises(ModelLoadError, match="gateway takes no images"):
-            check_served(ModelSpec.from_dir(d))
+        check_supported(ModelSpec.from_dir(d))
+    assert (engines["clip"].info.text_pad_to, engines["clip"].info.pad_token_id) == (0, 0)
+    assert (engines["siglip"].info.text_pad_to, engines["siglip"].info.pad_token_id) == (16, 1)
+    assert config_refusal({"model_type": "siglip2"}) is not None
 
 
 def test_simulated_image_steps(dual_dirs):

@@ -121,10 +121,11 @@ def test_a_restart_loads_the_cached_export_within_its_bound(tmp_path, log_dir):
     assert _files(tmp_path / "tmp") == set()
 
 
-CLIP = {"architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 512,
-        "text_config": {"model_type": "clip_text_model", "hidden_size": 512, "num_attention_heads": 8},
-        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 768}}
-REFUSAL = ("CLIPModel (model_type 'clip'; nested text_config, vision_config) is not supported; "
+# SigLIP 2's NaFlex vision tower is not built: an architecture ROSE refuses.
+SIGLIP2 = {"architectures": ["Siglip2Model"], "model_type": "siglip2",
+           "text_config": {"model_type": "siglip2_text_model", "hidden_size": 768, "num_attention_heads": 12},
+           "vision_config": {"model_type": "siglip2_vision_model", "hidden_size": 768, "num_patches": 256}}
+REFUSAL = ("Siglip2Model (model_type 'siglip2'; nested text_config, vision_config) is not supported; "
            "ROSE serves bert, xlm-roberta")
 
 
@@ -138,10 +139,10 @@ def _one_line_refusal(res: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
-def test_a_clip_model_is_refused_in_one_line(tmp_path):
-    model = tmp_path / "clip"
+def test_an_unsupported_model_is_refused_in_one_line(tmp_path):
+    model = tmp_path / "siglip2"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps(CLIP))
+    (model / "config.json").write_text(json.dumps(SIGLIP2))
     env = {**os.environ, "PYTHONPATH": str(REPO), "IVY_BIN": str(IVY_BIN)}
     tulip = subprocess.run([sys.executable, "-m", "tulip", "--model", str(model), "--port", "0",
                             "--metrics-port", "0"], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
@@ -152,16 +153,16 @@ def test_a_clip_model_is_refused_in_one_line(tmp_path):
     assert "started" not in serve.stderr  # refused before any child
 
 
-def test_a_clip_hub_id_is_refused_before_its_weights_are_fetched(tmp_path):
+def test_an_unsupported_hub_id_is_refused_before_its_weights_are_fetched(tmp_path):
     hub = FakeHub()
     try:
-        hub.add("acme/clip", {"config.json": json.dumps(CLIP).encode(), "model.safetensors": b"\0" * 4096},
+        hub.add("acme/siglip2", {"config.json": json.dumps(SIGLIP2).encode(), "model.safetensors": b"\0" * 4096},
                 "c9745ed1d9f207416be6d2e6f8de32d1f16199bf")
         env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
         env.update(PYTHONPATH=str(REPO), HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="0")
-        res = subprocess.run([sys.executable, "-m", "tulip", "--model", "acme/clip", "--port", "0",
+        res = subprocess.run([sys.executable, "-m", "tulip", "--model", "acme/siglip2", "--port", "0",
                               "--metrics-port", "0"], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
-        assert "acme/clip@main" in _one_line_refusal(res)
+        assert "acme/siglip2@main" in _one_line_refusal(res)
         assert hub.fetched() == ["config.json"]
     finally:
         hub.close()

@@ -137,7 +137,7 @@ fn put(seq: &SeqRef, rows: &[f32], cols: usize) {
         },
     );
     let mut resp = output.finish(req.kind, req.num_sequences());
-    resp.tokens = req.token_ids.len() as u64;
+    resp.tokens = req.tokens() as u64;
     let micros = |from: Option<Instant>, to: Instant| {
         from.map_or(0, |f| to.saturating_duration_since(f).as_micros() as u64)
     };

@@ -13,7 +13,7 @@ use pyo3::types::{PyByteArray, PyString};
 
 use crate::error::TulipError;
 use crate::metrics::{BucketState, CpuBuckets, Mode};
-use crate::model::{Adapter, Kind, ModelInfo};
+use crate::model::{Adapter, ImageInfo, Kind, ModelInfo};
 
 /// One batch as the engine's int32 arena (see `rose/interface.py`, class
 /// `Batch`): ids, positions, sequence index per token, cu_seqlens, 1/length
@@ -28,6 +28,9 @@ pub struct HostBatch {
     /// Each sequence's LoRA adapter (None: the base model); empty when no
     /// sequence has one, and the engine is then called as before.
     pub adapters: Vec<Option<std::sync::Arc<str>>>,
+    /// An image step (kind `Image`): per image its dimensions and
+    /// normalisation; `arena` then holds the images' float32 pixels.
+    pub image_options: Vec<(u32, bool)>,
 }
 
 impl HostBatch {
@@ -69,6 +72,28 @@ impl HostBatch {
             tokens: t,
             arena,
             adapters: Vec::new(),
+            image_options: Vec::new(),
+        }
+    }
+
+    /// An image step from `(pixels, dimensions, normalize)` per image,
+    /// each image counting `tokens_each` (for the step's metrics).
+    pub fn images<'a>(
+        images: impl ExactSizeIterator<Item = (&'a [u8], u32, bool)> + Clone,
+        tokens_each: usize,
+    ) -> Self {
+        let n = images.len();
+        let mut arena = Vec::with_capacity(images.clone().map(|i| i.0.len()).sum());
+        for (pixels, _, _) in images.clone() {
+            arena.extend_from_slice(pixels);
+        }
+        Self {
+            kind: Some(Kind::Image),
+            sequences: n,
+            tokens: n * tokens_each,
+            arena,
+            adapters: Vec::new(),
+            image_options: images.map(|(_, d, norm)| (d, norm)).collect(),
         }
     }
 }
@@ -260,6 +285,7 @@ impl EngineHandle {
                 .unwrap_or_default(),
             pair_template: optional(&info, "pair_template")?,
             span_pooling: optional(&info, "span_pooling")?,
+            images: image_info(&info)?,
         })
     }
 
@@ -270,55 +296,67 @@ impl EngineHandle {
     pub fn step(&self, py: Python<'_>, batch: &HostBatch) -> Result<LazyOutput, TulipError> {
         let kind = batch.kind.unwrap_or(Kind::Dense);
         let result = (|| -> PyResult<LazyOutput> {
-            let (obj, ptr, rows, cols, event, mode, padded_tokens, capture_seconds): (
-                Py<PyAny>,
-                usize,
-                usize,
-                usize,
-                usize,
-                Bound<'_, PyString>,
-                usize,
-                f64,
-            ) = self
-                .engine
-                .bind(py)
-                .call_method1(intern!(py, "step_arena"), {
-                    let arena = PyByteArray::new(py, &batch.arena);
-                    let args = (arena, batch.sequences, batch.tokens, kind.as_str());
-                    // Adapters only when the step has one: an engine
-                    // without adapters takes the four arguments it did.
-                    match adapter_names(&batch.adapters) {
-                        None => args.into_pyobject(py)?,
-                        Some(names) => (args.0, args.1, args.2, args.3, names).into_pyobject(py)?,
-                    }
-                })?
-                .extract()?;
-            let name = mode.to_str()?;
-            let Some(mode) = Mode::find(&self.modes, name) else {
-                // An engine bug, a server fault like any engine exception:
-                // the step's rows are lost, its buffers go back to the pool.
-                obj.bind(py).call_method0(intern!(py, "release"))?;
-                return Err(PyRuntimeError::new_err(format!(
-                    "the engine ran a step as {name:?}, a mode it did not declare ({})",
-                    self.modes
-                        .iter()
-                        .map(|m| m.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
+            let engine = self.engine.bind(py);
+            let arena = PyByteArray::new(py, &batch.arena);
+            let described = if kind == Kind::Image {
+                let (dims, norm): (Vec<u32>, Vec<bool>) =
+                    batch.image_options.iter().copied().unzip();
+                engine.call_method1(
+                    intern!(py, "step_images_arena"),
+                    (arena, batch.sequences, dims, norm),
+                )?
+            } else {
+                let args = (arena, batch.sequences, batch.tokens, kind.as_str());
+                // Adapters only when the step has one: an engine without
+                // adapters takes the four arguments it did.
+                let args = match adapter_names(&batch.adapters) {
+                    None => args.into_pyobject(py)?,
+                    Some(names) => (args.0, args.1, args.2, args.3, names).into_pyobject(py)?,
+                };
+                engine.call_method1(intern!(py, "step_arena"), args)?
             };
-            Ok(LazyOutput {
-                mode,
-                padded_tokens,
-                capture_seconds,
-                ptr,
-                rows,
-                cols,
-                event,
-                obj,
-            })
+            self.launched(py, described)
         })();
         result.map_err(|e| self.python_error(py, e))
+    }
+
+    /// A launched step's description (`LazyTensor.describe()` after the
+    /// object): every field Tulip reads, in one tuple.
+    fn launched(&self, py: Python<'_>, described: Bound<'_, PyAny>) -> PyResult<LazyOutput> {
+        let (obj, ptr, rows, cols, event, mode, padded_tokens, capture_seconds): (
+            Py<PyAny>,
+            usize,
+            usize,
+            usize,
+            usize,
+            Bound<'_, PyString>,
+            usize,
+            f64,
+        ) = described.extract()?;
+        let name = mode.to_str()?;
+        let Some(mode) = Mode::find(&self.modes, name) else {
+            // An engine bug, a server fault like any engine exception:
+            // the step's rows are lost, its buffers go back to the pool.
+            obj.bind(py).call_method0(intern!(py, "release"))?;
+            return Err(PyRuntimeError::new_err(format!(
+                "the engine ran a step as {name:?}, a mode it did not declare ({})",
+                self.modes
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        Ok(LazyOutput {
+            mode,
+            padded_tokens,
+            capture_seconds,
+            ptr,
+            rows,
+            cols,
+            event,
+            obj,
+        })
     }
 
     /// Loads a LoRA adapter (`engine.load_adapter(name, path)`), taking
@@ -428,6 +466,33 @@ fn optional_u32(info: &Bound<'_, PyAny>, name: &str) -> PyResult<u32> {
         Ok(v) if !v.is_none() => v.extract(),
         _ => Ok(0),
     }
+}
+
+/// An image model's inputs from the engine's info (zeros for text models).
+fn image_info(info: &Bound<'_, PyAny>) -> PyResult<ImageInfo> {
+    let tokens = optional_u32(info, "image_tokens")?;
+    if tokens == 0 {
+        return Ok(ImageInfo::default());
+    }
+    let (height, width): (u32, u32) = info.getattr("image_size")?.extract()?;
+    let path = optional(info, "preprocessor_file")?;
+    let preprocessor_config = if path.is_empty() {
+        bytes::Bytes::new()
+    } else {
+        std::fs::read(&path).map(bytes::Bytes::from).map_err(|e| {
+            PyValueError::new_err(format!(
+                "cannot read the model's preprocessor config {path}: {e}"
+            ))
+        })?
+    };
+    Ok(ImageInfo {
+        height,
+        width,
+        tokens,
+        preprocessor_config,
+        text_pad_to: optional_u32(info, "text_pad_to")?,
+        pad_token_id: optional_u32(info, "pad_token_id")?,
+    })
 }
 
 fn tokenizer_bytes(path: &str) -> PyResult<bytes::Bytes> {

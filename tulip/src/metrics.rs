@@ -75,8 +75,9 @@ pub struct CodeLabel {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Mode(&'static str);
 
-/// The label a CUDA graph capture reports (counted as a capture too).
-const CAPTURE: &str = "capture";
+/// The labels a CUDA graph capture reports, of text and of image steps
+/// (counted as captures too).
+const CAPTURES: [&str; 2] = ["capture", "image_capture"];
 /// Most labels an engine may declare, and the longest one.
 const MAX_MODES: usize = 16;
 const MAX_MODE_LEN: usize = 32;
@@ -122,7 +123,7 @@ impl Mode {
     }
 
     pub fn is_capture(self) -> bool {
-        self.0 == CAPTURE
+        CAPTURES.contains(&self.0)
     }
 }
 

@@ -17,6 +17,9 @@ pub enum Kind {
     SparseVocab,
     /// The encoder's last hidden state per token.
     TokenStates,
+    /// One dense row per image (an image model's vision tower); on the wire
+    /// it is DENSE. Never batched with text: a step holds one kind.
+    Image,
 }
 
 impl Kind {
@@ -29,6 +32,7 @@ impl Kind {
             Self::Classify => "classify",
             Self::SparseVocab => "sparse_vocab",
             Self::TokenStates => "token_states",
+            Self::Image => "image",
         }
     }
 
@@ -62,7 +66,7 @@ impl Kind {
 
     pub fn to_proto(self) -> OutputKind {
         match self {
-            Self::Dense => OutputKind::Dense,
+            Self::Dense | Self::Image => OutputKind::Dense,
             Self::Sparse | Self::SparseVocab => OutputKind::Sparse,
             Self::MultiVector => OutputKind::MultiVector,
             Self::Score => OutputKind::Score,
@@ -101,6 +105,29 @@ pub struct ModelInfo {
     /// The pooling a host may apply over token-state spans ("" when the
     /// dense head does more than pool).
     pub span_pooling: String,
+    pub images: ImageInfo,
+}
+
+/// An image model's inputs (all zero for a text-only model).
+#[derive(Debug, Clone, Default)]
+pub struct ImageInfo {
+    pub height: u32,
+    pub width: u32,
+    /// What one image counts against the token budget (its patches and
+    /// class token): the vision tower's sequence length.
+    pub tokens: u32,
+    /// The model's preprocessor_config.json, as served to gateways.
+    pub preprocessor_config: bytes::Bytes,
+    /// Texts padded to this many tokens with `pad_token_id` (SigLIP); 0: none.
+    pub text_pad_to: u32,
+    pub pad_token_id: u32,
+}
+
+impl ImageInfo {
+    /// float32 values in one image's pixels.
+    pub fn values(&self) -> usize {
+        3 * self.height as usize * self.width as usize
+    }
 }
 
 impl ModelInfo {

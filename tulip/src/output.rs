@@ -13,7 +13,7 @@ use crate::model::Kind;
 /// How many engine rows a sequence of `len` tokens gets.
 pub fn rows_for(kind: Kind, len: usize) -> usize {
     match kind {
-        Kind::Dense | Kind::Score | Kind::Classify | Kind::SparseVocab => 1,
+        Kind::Dense | Kind::Image | Kind::Score | Kind::Classify | Kind::SparseVocab => 1,
         Kind::MultiVector => len.saturating_sub(1),
         Kind::Sparse | Kind::TokenStates => len,
     }
@@ -38,7 +38,7 @@ impl Accumulator {
     /// multi-vector: the model's multi-vector dimension).
     pub fn new(kind: Kind, sequences: usize, dim: usize) -> Self {
         match kind {
-            Kind::Dense | Kind::Classify => Self::Fixed {
+            Kind::Dense | Kind::Image | Kind::Classify => Self::Fixed {
                 dim,
                 data: vec![0; sequences * dim * 4],
             },

@@ -44,8 +44,14 @@ pub struct Request {
     /// held until the request is answered.
     pub adapter: Option<Arc<crate::model::Adapter>>,
     pub token_ids: Vec<u32>,
-    /// Start of each sequence in `token_ids`, plus the total at the end.
+    /// Start of each sequence in `token_ids`, plus the total at the end;
+    /// for an image request, multiples of the model's tokens per image
+    /// (what each image counts against a step's token budget).
     pub offsets: Vec<u32>,
+    /// An image request: its images' float32 pixels back to back, each
+    /// `image_bytes` long; empty for text.
+    pub pixels: bytes::Bytes,
+    pub image_bytes: usize,
     pub arrived: Instant,
     pub progress: Mutex<Progress>,
 }
@@ -55,8 +61,23 @@ impl Request {
         self.offsets.len() - 1
     }
 
+    /// Sequence `i`'s token ids (none for an image).
     pub fn sequence(&self, i: usize) -> &[u32] {
+        if self.kind == Kind::Image {
+            return &[];
+        }
         &self.token_ids[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+
+    /// Image `i`'s pixels (an image request's).
+    pub fn image(&self, i: usize) -> &[u8] {
+        &self.pixels[i * self.image_bytes..(i + 1) * self.image_bytes]
+    }
+
+    /// The tokens the request counts against budgets: its token ids, or
+    /// each image's tokens.
+    pub fn tokens(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0) as usize
     }
 
     /// The client is gone (its call was cancelled): skip its sequences.
@@ -232,7 +253,7 @@ impl Pool {
             if class == Class::Batch {
                 s.batch_steps += 1;
             }
-            let tokens = backlog::by_class([(class, request.token_ids.len())]);
+            let tokens = backlog::by_class([(class, request.tokens())]);
             s.backlog
                 .launched(tokens, false, false, false, Instant::now());
             let releases = std::mem::take(&mut s.releases);
@@ -243,7 +264,7 @@ impl Pool {
             s.batch_waiting_since = Instant::now();
         }
         s.queues[q].extend(seqs);
-        s.backlog.queued(class, request.token_ids.len());
+        s.backlog.queued(class, request.tokens());
         drop(s);
         self.changed.notify_all();
         Ok(Submitted::Queued)
@@ -256,7 +277,7 @@ impl Pool {
     pub fn inline_candidate(&self, request: &Request) -> bool {
         self.inline_steps
             && request.num_sequences() <= self.max_batch_sequences
-            && request.token_ids.len() <= self.max_batch_tokens.min(INLINE_MAX_TOKENS)
+            && request.tokens() <= self.max_batch_tokens.min(INLINE_MAX_TOKENS)
     }
 
     /// Blocks until there is work for the scheduler: a batch it may launch

@@ -201,6 +201,15 @@ fn release_all(py: Python<'_>, releases: Vec<LazyOutput>) {
 /// vocabulary, so they fit in int32.
 fn host_batch(seqs: &[SeqRef]) -> HostBatch {
     let kind = seqs.first().map_or(Kind::Dense, |s| s.request.kind);
+    if kind == Kind::Image {
+        return HostBatch::images(
+            seqs.iter().map(|s| {
+                let r = &s.request;
+                (r.image(s.index), r.dimensions, r.normalize)
+            }),
+            seqs.first().map_or(0, SeqRef::len),
+        );
+    }
     let mut batch = HostBatch::build(
         kind,
         seqs.iter().map(|s| {

@@ -216,6 +216,12 @@ impl Tulip for TulipService {
             max_adapters: self.adapters.max,
             max_adapter_rank: self.adapters.max_rank,
             cpu_runtimes: cpu_runtimes.iter().map(cpu_runtime).collect(),
+            image_height: m.images.height,
+            image_width: m.images.width,
+            image_tokens: m.images.tokens,
+            preprocessor_config: m.images.preprocessor_config.clone(),
+            text_pad_to: m.images.text_pad_to,
+            pad_token_id: m.images.pad_token_id,
         }))
     }
 

@@ -32,7 +32,12 @@ pub fn validate(
             Err(e) => return Err((e, reply)),
         },
     };
-    match check(&req, model, limits) {
+    let checked = if req.images > 0 || !req.pixels.is_empty() {
+        check_images(&req, model, limits, adapter.is_some())
+    } else {
+        check(&req, model, limits)
+    };
+    match checked {
         Ok((kind, class, dimensions, normalize, offsets)) => {
             let n = offsets.len() - 1;
             let width = match kind {
@@ -51,6 +56,12 @@ pub fn validate(
                 adapter,
                 token_ids: req.token_ids,
                 offsets,
+                image_bytes: if kind == Kind::Image {
+                    4 * model.images.values()
+                } else {
+                    0
+                },
+                pixels: req.pixels,
                 arrived: Instant::now(),
                 progress: Mutex::new(Progress {
                     reply: Some(reply),
@@ -66,6 +77,82 @@ pub fn validate(
 }
 
 type Checked = (Kind, Class, u32, bool, Vec<u32>);
+
+/// An image request: the model takes images, the pixels are exactly
+/// `images` images at its size and all finite (a NaN must never reach the
+/// device), and nothing of a text request is set.
+fn check_images(
+    req: &EmbedRequest,
+    model: &ModelInfo,
+    limits: &Limits,
+    with_adapter: bool,
+) -> Result<Checked, TulipError> {
+    let invalid = |m: String| Err(TulipError::InvalidArgument(m));
+    let image = &model.images;
+    if image.tokens == 0 {
+        return invalid(format!(
+            "model {} takes no images, only token ids",
+            model.model_id
+        ));
+    }
+    if !req.token_ids.is_empty() || !req.lengths.is_empty() {
+        return invalid("a request carries either images or token ids, not both".into());
+    }
+    if !matches!(
+        Kind::from_proto(req.kind),
+        Some(Kind::Dense) | Some(Kind::Image)
+    ) {
+        return invalid("images have dense outputs only".into());
+    }
+    if with_adapter {
+        return invalid("LoRA adapters apply to text, not to images".into());
+    }
+    let Some(class) = Class::from_proto(req.priority) else {
+        return invalid(format!("unknown priority {}", req.priority));
+    };
+    let n = req.images as usize;
+    if n == 0 {
+        return invalid("pixels were sent for 0 images".into());
+    }
+    if n > limits.max_request_sequences {
+        return invalid(format!(
+            "request has {n} images; the limit is {} per request",
+            limits.max_request_sequences
+        ));
+    }
+    let want = n * image.values() * 4;
+    if req.pixels.len() != want {
+        return invalid(format!(
+            "{} bytes of pixels for {n} images; each is 3 x {} x {} float32 values ({want} bytes in all)",
+            req.pixels.len(),
+            image.height,
+            image.width
+        ));
+    }
+    if let Some(at) = req
+        .pixels
+        .chunks_exact(4)
+        .position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite())
+    {
+        return invalid(format!(
+            "image {} has a value that is not finite",
+            at / image.values()
+        ));
+    }
+    let dimensions = match req.dimensions {
+        0 => model.dimension,
+        d if d > model.dimension => {
+            return invalid(format!(
+                "dimensions {d} is larger than the model's dimension {}",
+                model.dimension
+            ))
+        }
+        d => d,
+    };
+    let normalize = req.normalize.unwrap_or(model.normalize_default);
+    let offsets = (0..=n as u32).map(|i| i * image.tokens).collect();
+    Ok((Kind::Image, class, dimensions, normalize, offsets))
+}
 
 fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Checked, TulipError> {
     let invalid = |m: String| Err(TulipError::InvalidArgument(m));
@@ -100,6 +187,14 @@ fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Check
     for (i, &len) in req.lengths.iter().enumerate() {
         if len == 0 {
             return invalid(format!("sequence {i} is empty"));
+        }
+        let pad_to = model.images.text_pad_to;
+        if pad_to > 0 && len != pad_to {
+            return invalid(format!(
+                "sequence {i} has {len} tokens; this model's texts are padded to exactly {pad_to} \
+                 (InfoResponse.text_pad_to, with pad_token_id {})",
+                model.images.pad_token_id
+            ));
         }
         if len > model.max_input_length {
             return invalid(format!(
@@ -170,6 +265,7 @@ mod tests {
             pair_template: String::new(),
             token_states_dimension: 0,
             span_pooling: String::new(),
+            images: Default::default(),
         }
     }
 

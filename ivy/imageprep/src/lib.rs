@@ -63,6 +63,17 @@ impl ImageProcessor {
         Ok(self.tensor(&rgb))
     }
 
+    /// The (height, width) every prepared image has, when the config fixes
+    /// it (a centre crop, or an exact resize); `None` when it follows each
+    /// image's aspect ratio.
+    pub fn fixed_size(&self) -> Option<(u32, u32)> {
+        match (self.crop, self.resize) {
+            (Some(crop), _) => Some(crop),
+            (None, Some((Size::Exact { height, width }, _))) => Some((height, width)),
+            _ => None,
+        }
+    }
+
     /// Rescale and normalise in transformers' precisions: the rescale in
     /// `f64` then cast to `f32`, the normalisation in `f32`, so the result
     /// is bit-identical for the same 8-bit input.

@@ -1,6 +1,7 @@
 //! Ivy's configuration: every flag is also an environment variable.
 
 pub mod batch;
+pub mod images;
 pub mod net;
 mod seconds;
 
@@ -204,6 +205,9 @@ pub struct Config {
     /// The Batch API's store and limits (see `config/batch.rs`).
     #[command(flatten)]
     pub batch: crate::config::batch::BatchConfig,
+
+    #[command(flatten)]
+    pub images: crate::config::images::ImageConfig,
 
     /// Seconds between health checks of each replica.
     #[arg(long, env = "IVY_HEALTH_INTERVAL", default_value = "2", value_parser = parse_seconds)]

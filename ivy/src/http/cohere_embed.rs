@@ -1,5 +1,6 @@
-//! `POST /v2/embed` in the shape of Cohere's v2 embed API: `texts`,
-//! `input_type`, `embedding_types` (`float`, `int8`, `uint8`, `binary`,
+//! `POST /v2/embed` in the shape of Cohere's v2 embed API: `texts`, or
+//! `images` (data URIs), or `inputs` (each one `content` item, text or
+//! `image_url`; an image model embeds text and images apart), `input_type`, `embedding_types` (`float`, `int8`, `uint8`, `binary`,
 //! `ubinary`; default `float`), `output_dimension`, `truncate`
 //! (`NONE`/`START`/`END`, default `END`), optional `model` (checked against
 //! the served names) → `{"id", "embeddings": {type: [[…]]}, "texts",
@@ -18,10 +19,11 @@ use serde_json::{Map, Value};
 
 use super::body::{json_object, Body};
 use super::fields::{self, F32s, Object};
+use super::image_input::image;
 use super::respond::{finish, json_timed, to_json, Api};
 use crate::error::ApiError;
 use crate::pipeline::quantize::{self, Precision};
-use crate::pipeline::{self, Inputs, Job, Kind, Options};
+use crate::pipeline::{self, Inputs, Item, Job, Kind, Options};
 use crate::request::id::RequestId;
 use crate::state::AppState;
 use crate::upstream::pools::Pool;
@@ -31,14 +33,7 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
     let result = async {
         let obj = json_object(&state, &headers, body, "texts")?;
         let (pool, _) = fields::pool(&state, &obj)?;
-        if obj.contains_key("images") || (obj.contains_key("inputs") && !obj.contains_key("texts"))
-        {
-            return Err(ApiError::schema(
-                "texts",
-                "only `texts` are embedded here (no `images` or multimodal `inputs`)",
-            ));
-        }
-        let texts = fields::strings(&obj, "texts")?;
+        let (field, inputs, texts) = inputs(&obj)?;
         let types = embedding_types(&obj)?;
         let (truncate, direction) = truncate(&obj)?;
         let options = Options {
@@ -56,8 +51,8 @@ pub async fn embed(State(state): State<AppState>, headers: HeaderMap, body: Body
         let job = Job {
             pool,
             kind: Kind::Dense,
-            inputs: Inputs::Texts(texts.clone()),
-            field: "texts",
+            inputs,
+            field,
             options,
         };
         let out = pipeline::run(&state, job, state.deadline()).await?;
@@ -116,6 +111,108 @@ struct Version {
 #[derive(Serialize)]
 struct Billed {
     input_tokens: u64,
+}
+
+/// What is embedded: `texts`, `images` or `inputs`, exactly one of them;
+/// the field, the inputs, and the texts the reply echoes.
+fn inputs(obj: &Object) -> Result<(&'static str, Inputs, Vec<String>), ApiError> {
+    let given: Vec<&str> = ["texts", "images", "inputs"]
+        .into_iter()
+        .filter(|k| obj.get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    match given.as_slice() {
+        ["texts"] | [] => {
+            let texts = fields::strings(obj, "texts")?;
+            Ok(("texts", Inputs::Texts(texts.clone()), texts))
+        }
+        ["images"] => {
+            let uris = list(obj, "images")?;
+            let items = uris
+                .iter()
+                .enumerate()
+                .map(|(i, v)| image(v, "images", &format!("images[{i}]")).map(Item::Image))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(("images", Inputs::Items(items), Vec::new()))
+        }
+        ["inputs"] => {
+            let mut items = Vec::new();
+            for (i, v) in list(obj, "inputs")?.iter().enumerate() {
+                items.push(content(v, i)?);
+            }
+            let texts = items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Text(t) => Some(t.clone()),
+                    Item::Image(_) => None,
+                })
+                .collect::<Vec<_>>();
+            if texts.len() == items.len() {
+                return Ok(("inputs", Inputs::Texts(texts.clone()), texts));
+            }
+            Ok(("inputs", Inputs::Items(items), texts))
+        }
+        more => Err(ApiError::schema(
+            "texts",
+            format!(
+                "send one of `texts`, `images` and `inputs`, not {}",
+                more.join(" and ")
+            ),
+        )),
+    }
+}
+
+fn list<'a>(obj: &'a Object, field: &'static str) -> Result<&'a [Value], ApiError> {
+    match obj.get(field) {
+        Some(Value::Array(a)) if a.is_empty() => {
+            Err(ApiError::Empty(format!("`{field}` must not be empty")))
+        }
+        Some(Value::Array(a)) => Ok(a),
+        _ => Err(ApiError::schema(
+            field,
+            format!("`{field}` must be an array"),
+        )),
+    }
+}
+
+/// One of `inputs`: `{"content": [one item]}`, the item
+/// `{"type": "text", "text": ...}` or `{"type": "image_url", "image_url":
+/// {"url": <data URI>}}` (or the URL as a string).
+fn content(v: &Value, i: usize) -> Result<Item, ApiError> {
+    let at = format!("inputs[{i}]");
+    let parts = v.get("content").and_then(Value::as_array).ok_or_else(|| {
+        ApiError::schema("inputs", format!("{at} must be {{\"content\": [...]}}"))
+    })?;
+    let [part] = parts.as_slice() else {
+        return Err(ApiError::validation(
+            "inputs",
+            format!(
+                "{at}.content has {} items; each input here is one text or one image (the model \
+                 embeds them apart: send them as separate inputs)",
+                parts.len()
+            ),
+        ));
+    };
+    match part.get("type").and_then(Value::as_str) {
+        Some("text") => match part.get("text") {
+            Some(Value::String(t)) => Ok(Item::Text(t.clone())),
+            _ => Err(ApiError::schema(
+                "inputs",
+                format!("{at}.content[0].text must be a string"),
+            )),
+        },
+        Some("image_url") => {
+            let url = match part.get("image_url") {
+                Some(Value::Object(o)) => o.get("url").unwrap_or(&Value::Null),
+                Some(other) => other,
+                None => &Value::Null,
+            };
+            image(url, "inputs", &format!("{at}.content[0].image_url.url")).map(Item::Image)
+        }
+        _ => Err(ApiError::schema(
+            "inputs",
+            format!("{at}.content[0].type must be \"text\" or \"image_url\""),
+        )),
+    }
 }
 
 /// `embedding_types`: a list of type names, each once; default `["float"]`.
@@ -186,11 +283,13 @@ fn prompt_name(state: &AppState, pool: &Pool, obj: &Object) -> Result<Option<Str
         "search_document" => &["search_document", "document", "passage"],
         "classification" => &["classification"],
         "clustering" => &["clustering"],
+        // Cohere's type for `images`: no prompt applies.
+        "image" => &[],
         _ => {
             return Err(ApiError::schema(
                 "input_type",
                 format!(
-                    "`input_type` must be search_document, search_query, classification or clustering, got {input_type:?}"
+                    "`input_type` must be search_document, search_query, classification, clustering or image, got {input_type:?}"
                 ),
             ))
         }

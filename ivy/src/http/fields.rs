@@ -55,6 +55,9 @@ pub fn inputs(obj: &Object, field: &'static str) -> Result<Inputs, ApiError> {
             let Some(first) = items.first() else {
                 return Err(ApiError::Empty(format!("`{field}` must not be empty")));
             };
+            if items.iter().any(Value::is_object) {
+                return super::image_input::items(items, field);
+            }
             match first {
                 Value::String(_) => each(items, |i, v| match v {
                     Value::String(s) => Ok(s.clone()),

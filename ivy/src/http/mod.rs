@@ -8,6 +8,7 @@ mod cohere_embed;
 mod fields;
 mod files;
 mod hf;
+mod image_input;
 mod lora;
 mod openai;
 mod openapi;

@@ -1,12 +1,14 @@
 //! What the pool serves: the model's info (from the first replica that
-//! answers `Info`), the tokenizer requests are tokenized with, and the
-//! model's own prompts as templates. Every replica must serve the same.
+//! answers `Info`), the tokenizer requests are tokenized with, the image
+//! preparation of an image model, and the model's own prompts as
+//! templates. Every replica must serve the same.
 
 pub mod calibration;
 pub mod templates;
 
 use std::sync::{Arc, RwLock};
 
+use ivy_imageprep::ImageProcessor;
 use ivy_tokenizer::Tokenizer;
 use proto::tulip::v1::{InfoResponse, OutputKind};
 
@@ -20,6 +22,9 @@ pub struct ServedModel {
     tokenizer_override: bool,
     /// The model's own prompt templates.
     templates: RwLock<Option<Arc<Templates>>>,
+    /// An image model's preprocessing (from its preprocessor_config.json),
+    /// or why it cannot be read; `None` for a text-only model.
+    images: RwLock<Option<Result<Arc<ImageProcessor>, String>>>,
     /// Its quantization ranges, per output setting.
     pub calibrations: self::calibration::Calibrations,
 }
@@ -50,6 +55,16 @@ impl ServedModel {
             .clone()
     }
 
+    /// How images are prepared for this model: `Ok(None)` when it takes no
+    /// images, `Err` saying why its preprocessor config is unusable.
+    pub fn image_processor(&self) -> Result<Option<Arc<ImageProcessor>>, String> {
+        self.images
+            .read()
+            .expect("images lock poisoned")
+            .clone()
+            .transpose()
+    }
+
     /// What the replicas serve, once one of them has answered `Info`.
     pub fn info(&self) -> Option<Arc<InfoResponse>> {
         self.model.read().expect("model lock poisoned").clone()
@@ -74,6 +89,7 @@ impl ServedModel {
                 *self.templates.write().expect("templates lock poisoned") = Some(Arc::new(
                     Templates::from_model(&info.prompts, &info.default_prompt_name),
                 ));
+                *self.images.write().expect("images lock poisoned") = image_processor(info);
                 *model = Some(Arc::clone(info));
                 Ok(())
             }
@@ -116,6 +132,36 @@ pub fn kinds(info: &InfoResponse) -> Vec<OutputKind> {
         .iter()
         .filter_map(|&k| OutputKind::of(k))
         .collect()
+}
+
+/// An image model's preprocessing from the config its replica sent; a
+/// config Ivy cannot follow is logged and refuses images, never text.
+fn image_processor(info: &InfoResponse) -> Option<Result<Arc<ImageProcessor>, String>> {
+    if info.image_tokens == 0 {
+        return None;
+    }
+    let loaded = serde_json::from_slice(&info.preprocessor_config)
+        .map_err(|e| format!("its preprocessor_config.json is not JSON ({e})"))
+        .and_then(|json| ImageProcessor::from_config(&json).map_err(|e| e.to_string()))
+        .and_then(|p| match p.fixed_size() {
+            Some(size) if size == (info.image_height, info.image_width) => Ok(Arc::new(p)),
+            Some((h, w)) => Err(format!(
+                "its preprocessor_config.json makes {w}x{h} images; the model takes {}x{}",
+                info.image_width, info.image_height
+            )),
+            None => Err(
+                "its preprocessor_config.json makes images of each one's aspect ratio; \
+                         the model takes one size"
+                    .to_string(),
+            ),
+        })
+        .map_err(|e| format!("model {} takes no images here: {e}", info.model_id));
+    match &loaded {
+        Ok(_) => tracing::info!(model = %info.model_id, height = info.image_height,
+                                width = info.image_width, "image preprocessing loaded"),
+        Err(e) => tracing::error!(error = %e, "image preprocessing"),
+    }
+    Some(loaded)
 }
 
 /// The tokenizer a replica sent in its Info.

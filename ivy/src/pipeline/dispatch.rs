@@ -59,7 +59,7 @@ pub async fn send_all(
         .await
 }
 
-async fn send(
+pub(super) async fn send(
     state: &AppState,
     pool: &Pool,
     request: EmbedRequest,

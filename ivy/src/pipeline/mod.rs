@@ -11,6 +11,7 @@ mod blocking;
 mod chunk;
 mod dispatch;
 mod encode;
+mod images;
 mod late_chunk;
 mod long_input;
 mod output;
@@ -98,6 +99,17 @@ pub enum Inputs {
     },
     /// Text pairs, each its own (a classifier over sentence pairs).
     PairList(Vec<(String, String)>),
+    /// Texts and images (at least one image), each its own vector in one
+    /// space (an image model: `images.rs`).
+    Items(Vec<Item>),
+}
+
+/// One input of a request that may hold images.
+#[derive(Debug)]
+pub enum Item {
+    Text(String),
+    /// An encoded image (JPEG, PNG, WebP, GIF), as the caller sent it.
+    Image(bytes::Bytes),
 }
 
 impl Inputs {
@@ -107,6 +119,7 @@ impl Inputs {
             Self::Ids(i) => i.len(),
             Self::Pairs { texts, .. } => texts.len(),
             Self::PairList(pairs) => pairs.len(),
+            Self::Items(items) => items.len(),
         }
     }
 }
@@ -187,13 +200,26 @@ pub async fn wait_for_replica(state: &AppState) -> Result<std::time::Duration, A
     .await
 }
 
+/// The stages of a mixed request's texts (`images.rs`), type-erased: those
+/// stages are what called it.
+fn text_stages(
+    state: &AppState,
+    job: Job,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<Output, ApiError>> + Send + '_>> {
+    Box::pin(stages(state, job))
+}
+
 async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
-    if job.kind != Kind::Dense {
-        job.options.long_inputs = LongInputs::Truncate;
-    }
     let pool = Arc::clone(&job.pool);
     let model = pool.info().ok_or_else(|| pool.no_replica())?;
+    // Windows are for dense text of a model without a fixed text length.
+    if job.kind != Kind::Dense || model.text_pad_to > 0 {
+        job.options.long_inputs = LongInputs::Truncate;
+    }
     validate::job(&job, &model, &state.config)?;
+    if matches!(job.inputs, Inputs::Items(_)) {
+        return images::run(state, job, &model, text_stages).await;
+    }
     if job.options.late_chunking {
         return late_chunk::run(state, job, &model).await;
     }
@@ -235,6 +261,8 @@ async fn stages(state: &AppState, mut job: Job) -> Result<Output, ApiError> {
     } else {
         (tokenized, None)
     };
+    // SigLIP: every text padded to the length it was trained on.
+    let tokenized = prepare::pad(tokenized, &model);
     let tokenize = started.elapsed();
     let tokens = tokenized.token_ids.len() as i64;
     span.record("tokens", tokens);
@@ -308,6 +336,7 @@ async fn infer(
             .unwrap_or_default(),
         priority: priority.proto() as i32,
         adapter: crate::request::id::adapter(),
+        ..EmbedRequest::default()
     };
     let sent = Instant::now();
     let replies = dispatch::send_all(state, pool, tokenized, &chunks, &template, priority).await?;

@@ -139,6 +139,29 @@ impl Output {
         }
     }
 
+    /// Dense: a request's text rows and image rows in input order
+    /// (`is_image[i]`: input `i` is an image); tokens and times add up.
+    pub(super) fn interleave(texts: Self, images: Self, is_image: &[bool]) -> Self {
+        let dim = images.dim;
+        let mut data = BytesMut::with_capacity(is_image.len() * dim * 4);
+        let (mut t, mut i) = (0, 0);
+        for &image in is_image {
+            if image {
+                data.extend_from_slice(images.row(i));
+                i += 1;
+            } else {
+                data.extend_from_slice(texts.row(t));
+                t += 1;
+            }
+        }
+        let timing = Timing {
+            tokenize: texts.timing.tokenize + images.timing.tokenize,
+            queue: texts.timing.queue.max(images.timing.queue),
+            inference: texts.timing.inference + images.timing.inference,
+        };
+        Self::dense_rows(data.freeze(), dim, texts.tokens + images.tokens, timing)
+    }
+
     /// Dense: sequence `i`'s vector, as little-endian f32 bytes.
     pub fn row(&self, i: usize) -> &[u8] {
         let n = self.dim * 4;

@@ -44,6 +44,9 @@ pub async fn tokenize(
             tokenize_texts(&state.tokenizer(pool)?, texts, truncation).await
         }
         Inputs::Ids(ids) => check_ids(ids, truncation, model.vocab_size),
+        Inputs::Items(_) => Err(ApiError::Internal(
+            "images reached the tokenizer (pipeline/images.rs takes them)".into(),
+        )),
         Inputs::PairList(pairs) => {
             let tokenizer = state.tokenizer(pool)?;
             let mut out = Tokenized::default();
@@ -82,6 +85,33 @@ pub async fn tokenize(
             .await
         }
     }
+}
+
+/// Texts padded to the model's fixed length with its pad id (SigLIP was
+/// trained on text padded so, and pools the last position); unchanged for
+/// every other model. Truncation has already cut them to the window.
+pub(super) fn pad(tokenized: Tokenized, model: &InfoResponse) -> Tokenized {
+    let to = model.text_pad_to;
+    if to == 0 || tokenized.lengths.iter().all(|&l| l == to) {
+        return tokenized;
+    }
+    let mut out = Tokenized {
+        token_ids: Vec::with_capacity(tokenized.lengths.len() * to as usize),
+        lengths: Vec::with_capacity(tokenized.lengths.len()),
+    };
+    let mut at = 0;
+    for &len in &tokenized.lengths {
+        let ids = &tokenized.token_ids[at..at + len as usize];
+        at += len as usize;
+        let kept = &ids[..ids.len().min(to as usize)];
+        out.token_ids.extend_from_slice(kept);
+        out.token_ids.extend(std::iter::repeat_n(
+            model.pad_token_id,
+            to as usize - kept.len(),
+        ));
+        out.lengths.push(to);
+    }
+    out
 }
 
 /// The longest input: the model's maximum, lowered by the flag and the

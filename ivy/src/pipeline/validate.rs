@@ -48,6 +48,18 @@ pub fn job(job: &Job, model: &InfoResponse, config: &Config) -> Result<(), ApiEr
                 None => Ok(()),
             }
         }
+        Inputs::Items(items) => {
+            match items
+                .iter()
+                .position(|i| matches!(i, super::Item::Text(t) if t.is_empty()))
+            {
+                Some(i) => Err(ApiError::validation(
+                    job.field,
+                    format!("{}[{i}] is an empty string", job.field),
+                )),
+                None => Ok(()),
+            }
+        }
         Inputs::Ids(_) => {
             if job.options.prompt_name.is_some() {
                 return Err(ApiError::validation(

@@ -156,13 +156,13 @@ def test_fidelity_on_real_text(ivy_minilm, ranges):
 
 @pytest.mark.parametrize("body, status, words", [
     ({"texts": ["a"], "embedding_types": ["int4"]}, 422, "unknown embedding type"),
-    ({"texts": ["a"], "input_type": "image"}, 422, "input_type"),
+    ({"texts": ["a"], "input_type": "picture"}, 422, "input_type"),
     ({"texts": ["word " * 600], "truncate": "NONE"}, 422, "allow truncation"),
     ({"texts": ["a"], "truncate": "MIDDLE"}, 422, "truncate"),
     ({"texts": ["a"], "output_dimension": 0}, 422, "output_dimension"),
     ({"texts": ["a"], "output_dimension": 999}, 422, "dimensions"),
     ({"texts": ["a"], "model": "embed-v4.0"}, 404, "does not exist"),
-    ({"images": ["data:image/png;base64,AA=="]}, 422, "texts"),
+    ({"images": ["data:image/png;base64,AA=="]}, 422, "takes text only"),
 ])
 def test_v2_errors_in_coheres_shape(ivy_minilm, body, status, words):
     got, err = v2(ivy_minilm, body)

@@ -36,6 +36,8 @@ fn classed(
         adapter: None,
         token_ids: vec![1; *offsets.last().unwrap() as usize],
         offsets,
+        pixels: Default::default(),
+        image_bytes: 0,
         arrived: Instant::now(),
         progress: Mutex::new(Progress {
             reply: Some(tx),

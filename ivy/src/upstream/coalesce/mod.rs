@@ -46,7 +46,9 @@ pub async fn embed(
     limits: Option<Limits>,
     metrics: &Metrics,
 ) -> Result<EmbedResponse, AttemptError> {
-    let Some(limits) = limits.filter(|_| one_row_per_sequence(request.kind)) else {
+    // Images go alone: a merged call holds token ids or pixels, not both.
+    let alone = request.images > 0 || !one_row_per_sequence(request.kind);
+    let Some(limits) = limits.filter(|_| !alone) else {
         return replica.embed(request).await;
     };
     let Some((role, rx)) = replica.open_call.join(&request, limits) else {
