@@ -35,6 +35,7 @@ COMMANDS = {
     "batch-chaos": "batch_chaos",
     "cpu-warm-start": "cpu_warm_start",
     "sim-images": "sim_images",
+    "image-embed": "image_embed",
 }
 
 

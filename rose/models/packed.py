@@ -98,11 +98,14 @@ PACKED_DTYPES = (torch.float32, torch.bfloat16)
 
 def pack_linears(model: nn.Module) -> int:
     """Replaces every float32 or bfloat16 ``nn.Linear`` in ``model`` (on the
-    CPU) with a ``PackedLinear``; returns how many."""
+    CPU) with a ``PackedLinear``; returns how many. Layers under a module
+    marked ``blas_linears = True`` (one that only ever multiplies many rows,
+    where the BLAS sgemm wins) are left alone."""
+    keep = {id(m) for top in model.modules() if getattr(top, "blas_linears", False) for m in top.modules()}
     swaps = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            if (type(child) is nn.Linear and child.weight.dtype in PACKED_DTYPES
+            if (type(child) is nn.Linear and id(child) not in keep and child.weight.dtype in PACKED_DTYPES
                     and child.weight.device.type == "cpu"):
                 swaps.append((parent, name, child))
     for parent, name, child in swaps:

@@ -98,8 +98,11 @@ pub async fn run(
         job.field,
     )
     .await?;
-    state.metrics.stage(Stage::Tokenize, started.elapsed());
-    let image_out = embed(state, &job, model, pixels).await?;
+    let prepared = started.elapsed();
+    state.metrics.stage(Stage::Tokenize, prepared);
+    let mut image_out = embed(state, &job, model, pixels).await?;
+    // Decoding and preparing images is their tokenization.
+    image_out.timing.tokenize = prepared;
     Ok(match text_out {
         None => image_out,
         Some(text_out) => Output::interleave(text_out, image_out, &is_image),
