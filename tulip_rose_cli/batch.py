@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tulip_rose_cli import documents, readers
+from tulip_rose_cli import documents, images, readers
 from tulip_rose_cli.client import ApiError, Ivy, Rejected, request_options
 from tulip_rose_cli.work import Chunk
 
@@ -26,6 +26,8 @@ def embed_batch(ivy: Ivy, opts: Options, dim: int, rows: list[readers.Row]) -> C
     kind = KINDS[opts.kind]
     if opts.late_chunking:
         outputs, kept, errors, tokens = _late_chunks(ivy, opts, rows)
+    elif opts.image_column:
+        outputs, kept, errors, tokens = _images(ivy, opts, rows)
     else:
         outputs, kept, errors, tokens = _rows(ivy, opts, kind, rows)
     widths = {len(v) if kind == "dense" else v.shape[1] for v in outputs} if kind != "sparse" else set()
@@ -55,6 +57,61 @@ def _rows(ivy: Ivy, opts: Options, kind: str, rows: list[readers.Row]) -> tuple[
                 outputs.append(out)
                 kept.append(r)
     return outputs, kept, errors, tokens
+
+
+def _images(ivy: Ivy, opts: Options, rows: list[readers.Row]) -> tuple[list, list, list, int]:
+    """The image rows, each file read just before its request, in requests
+    of at most ``--image-request-bytes`` of base64 (row by row where Ivy
+    rejects one): (outputs, their rows, error records, tokens). A file
+    that cannot be read is its row's error, as is an image Ivy refuses."""
+    body = request_options(opts.truncate, opts.prompt_name, opts.dimensions, opts.priority, opts.model)
+    most = opts.image_request_bytes
+    outputs: list = []
+    kept: list[readers.Row] = []
+    errors = [_error(r, r.bad) for r in rows if r.bad is not None]
+    tokens = 0
+    group: list[tuple[readers.Row, str]] = []
+    size = 0
+
+    def send() -> None:
+        nonlocal tokens
+        got, rejected, used = ivy.embed_rows("dense", [{"image": uri} for _, uri in group], body)
+        tokens += used
+        for i, ((r, _), out) in enumerate(zip(group, got)):
+            if i in rejected:
+                errors.append(_error(r, rejected[i]))
+            else:
+                outputs.append(out)
+                kept.append(r)
+        group.clear()
+
+    for r in rows:
+        if r.image is None:
+            continue
+        try:
+            uri = images.item(r.image, most)
+        except images.Unreadable as e:
+            errors.append(_error(r, str(e)))
+            continue
+        if group and size + len(uri) > most:
+            send()
+            size = 0
+        group.append((r, uri))
+        size += len(uri)
+    if group:
+        send()
+    return outputs, kept, errors, tokens
+
+
+def images_unavailable(ivy: Ivy, options: dict) -> str | None:
+    """Why the gateway cannot embed images with ``options`` (the requests'
+    other fields), or None: one small PNG, sent before the run, so a
+    text-only model is found before a file of bad rows, not after."""
+    try:
+        ivy.embed("dense", [{"image": images.data_uri(images.probe_png())}], options)
+    except Rejected as e:
+        return f"the gateway refused a small PNG (HTTP {e.status}): {e.message}"
+    return None
 
 
 def late_options(opts: Options) -> dict:

@@ -9,7 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tulip_rose_cli import readers, serve, writers
+from tulip_rose_cli import images, readers, serve, writers
 from tulip_rose_cli.run import BAD_ROWS, DEFAULT_BATCH, INTERNAL, INTERRUPTED, KINDS, Exit, Options, Run
 
 EMBED_HELP = """\
@@ -43,6 +43,20 @@ Requests that fail with 429, 502, 503, 504, a timeout or no connection are
 retried with exponential backoff and jitter while the gateway has been
 failing for less than --retry-for seconds: one clock for the whole run,
 started by the first failure and stopped by the next success.
+
+Images (--image-column NAME; JSONL, CSV/TSV or Parquet): every row is an
+image, embedded by an image model (CLIP, SigLIP) as /v1/embeddings embeds
+{"image": ...} items; the text column is not read. A value is a file path
+(relative paths start from INPUT's directory), a Parquet binary column's
+bytes, a data URI (data:image/png;base64,...) or an http(s) URL (sent as
+given: Ivy fetches only from hosts it allows). Files are read by the
+worker sending their batch, just before its request. A request holds at
+most --batch-size images and --image-request-bytes of base64 (6 MiB,
+about 4.5 MiB of files, under Ivy's default --max-body-bytes of 8 MiB): a
+batch of larger images takes several requests. A missing or unreadable
+file, an image over that bound, or one Ivy refuses (corrupt 422, not an
+image type 415, over its --max-image-bytes or --max-image-pixels 413) is a
+bad row. Before the run one small PNG is sent: a text-only model is exit 2.
 
 Late chunking (--late-chunking --document-column NAME; JSONL, CSV/TSV or
 Parquet): consecutive rows with one value in the NAME column are the chunks
@@ -89,6 +103,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--format", dest="input_format", choices=readers.FORMATS, help="input format (default: by suffix)")
     g.add_argument("--field", "--column", dest="column", metavar="NAME",
                    help=f"the text's JSONL field or CSV/TSV/Parquet column (default: {readers.DEFAULT_COLUMN})")
+    g.add_argument("--image-column", "--image-field", dest="image_column", metavar="NAME",
+                   help="embed images instead of texts: the column (JSONL field) holding each row's image file "
+                        "path (relative to INPUT's directory), bytes (Parquet binary), data URI or URL; needs an "
+                        "image model (CLIP, SigLIP)")
     g.add_argument("--id-field", "--id-column", dest="id_column", metavar="NAME",
                    help="the ids' field or column (default: the rows' numbers, from 1, header not counted)")
     g = e.add_argument_group("output")
@@ -117,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=int, metavar="N",
                    help=f"documents per request and per resumable batch (default {DEFAULT_BATCH}, or the "
                         "gateway's limit if lower)")
+    g.add_argument("--image-request-bytes", type=int, metavar="N", default=images.DEFAULT_REQUEST_BYTES,
+                   help="with --image-column: most bytes of base64 image data in one request (default "
+                        "%(default)s, 6 MiB: under Ivy's default --max-body-bytes of 8 MiB); a larger image is a "
+                        "bad row")
     g.add_argument("--concurrency", type=int, metavar="N",
                    help="requests in flight (default: 2 per healthy replica, from the gateway's /ready)")
     g.add_argument("--timeout", type=float, metavar="S", default=120.0, help="seconds per HTTP request (default %(default)s)")
@@ -142,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "serve":
         return serve.run(args)
-    for name in ("batch_size", "concurrency", "dimensions"):
+    for name in ("batch_size", "concurrency", "dimensions", "image_request_bytes"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser().error(f"--{name.replace('_', '-')} must be at least 1")
@@ -153,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                    strict=args.strict, fresh=args.fresh, overwrite=args.overwrite, api_key=args.api_key,
                    timeout=args.timeout, retry_for=args.retry_for, progress_every=args.progress_every,
                    ray=args.ray, priority=args.priority, late_chunking=args.late_chunking,
-                   document_column=args.document_column, model=args.model)
+                   document_column=args.document_column, model=args.model, image_column=args.image_column,
+                   image_request_bytes=args.image_request_bytes)
     try:
         return Run(opts).run()
     except KeyboardInterrupt:  # before the batches start, or while assembling

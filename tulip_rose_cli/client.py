@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from typing import Sequence, Union
 from urllib.parse import quote, urlsplit
 
 import numpy as np
@@ -20,8 +21,13 @@ import numpy as np
 # healthy replica or draining, a gateway timeout. (A 500 is Ivy's own bug:
 # retrying would only repeat it.)
 RETRYABLE = frozenset({429, 502, 503, 504})
-# Statuses that blame the request's content: some row in it is bad.
-REJECTED = frozenset({400, 413, 422})
+# Statuses that blame the request's content: some row in it is bad (415:
+# an image of a type Ivy does not read).
+REJECTED = frozenset({400, 413, 415, 422})
+
+
+# One input of a request: a text, or (dense) an {"image": ...} item.
+Input = Union[str, dict]
 
 
 class ApiError(Exception):
@@ -38,7 +44,7 @@ class ApiError(Exception):
 
 
 class Rejected(ApiError):
-    """Ivy rejected the request's content (400/413/422): a bad row."""
+    """Ivy rejected the request's content (400/413/415/422): a bad row."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,7 @@ class Ivy:
 
     def request(self, method: str, path: str, payload=None) -> tuple[dict, bytes]:
         """(headers, body) of a 2xx answer, retrying what can be retried;
-        raises ``Rejected`` for 400/413/422, ``ApiError`` otherwise."""
+        raises ``Rejected`` for 400/413/415/422, ``ApiError`` otherwise."""
         body = None if payload is None else json.dumps(payload, ensure_ascii=False).encode()
         attempt = 0
         while True:
@@ -175,10 +181,10 @@ class Ivy:
         Ivy's message, which names the models it serves."""
         return self.get_json("/info" + (f"?model={quote(model, safe='')}" if model else ""))
 
-    def embed(self, kind: str, texts: list[str], options: dict) -> Embedded:
-        """Embeddings of ``texts`` (``kind`` one of ``ROUTES``); ``options``
-        are body fields (``truncate``, ``prompt_name``, ``dimensions``,
-        ``priority``)."""
+    def embed(self, kind: str, texts: Sequence[Input], options: dict) -> Embedded:
+        """Embeddings of ``texts`` (``kind`` one of ``ROUTES``): strings, or
+        for dense ``{"image": ...}`` items; ``options`` are body fields
+        (``truncate``, ``prompt_name``, ``dimensions``, ``priority``)."""
         path, field = ROUTES[kind]
         payload = {field: texts, **options}
         if kind == "dense":
@@ -201,7 +207,7 @@ class Ivy:
             raise ApiError(200, f"asked for {len(texts)} embeddings, got {len(rows)}")
         return Embedded(rows, tokens)
 
-    def embed_rows(self, kind: str, texts: list[str], options: dict) -> tuple[list, dict[int, str], int]:
+    def embed_rows(self, kind: str, texts: Sequence[Input], options: dict) -> tuple[list, dict[int, str], int]:
         """Embeddings of ``texts`` where Ivy takes them: (outputs, None for
         each text Ivy rejected; text index → why; tokens). When Ivy
         rejects the request, some text in it is bad: the texts are sent one

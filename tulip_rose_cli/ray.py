@@ -223,7 +223,7 @@ class IvyEmbedder(_Embedder):
     ``max_client_batch_size``, at most 64), retrying 429/502/503/504,
     timeouts and refused connections with backoff (and Retry-After) for up
     to ``retry_for`` seconds, as ``tulip-rose embed`` does. A request Ivy
-    rejects (400/413/422) is retried one text at a time to find the bad
+    rejects (400/413/415/422) is retried one text at a time to find the bad
     rows. ``api_key`` defaults to ``IVY_API_KEY``; ``model`` picks one of
     the gateway's models or LoRA adapters (default: its default model),
     refused here when the gateway serves no such model. With ``late_chunking``

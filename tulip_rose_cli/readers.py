@@ -13,7 +13,14 @@ is the same number; its "line" is where the row starts in the file (for
 text and JSONL the same as the number; none for Parquet).
 
 With a document column (late chunking), each row also carries its
-document's value; a row without one is bad."""
+document's value; a row without one is bad.
+
+With an image column (``--image-column``) the column is read instead of the
+text: each row carries its image (``Row.image``): a file path, resolved
+against the input file's directory and read later, by the worker that sends
+its batch; a Parquet binary value's bytes; or a data URI or http(s) URL,
+sent as given. Bare base64 is not read (it cannot be told from a file
+name): it must be a data URI."""
 
 from __future__ import annotations
 
@@ -38,9 +45,11 @@ class Row:
     """One data row: ``index`` counts data rows from 0 (its number is
     ``row_number(index)``), ``line`` is the 1-based line of the file it
     starts on (None for Parquet), ``id`` the value of the id column, or the
-    row's number when no id column is given. Exactly one of ``text`` and
-    ``bad`` is set. ``doc`` is the document column's value (None without
-    one, or where the row has none)."""
+    row's number when no id column is given. Exactly one of ``text``,
+    ``image`` and ``bad`` is set. ``doc`` is the document column's value
+    (None without one, or where the row has none). ``image`` is a file's
+    absolute path (read when its batch is sent), the image's bytes, or a
+    data URI or URL sent as given (the module's docstring)."""
 
     index: int
     line: int | None
@@ -48,6 +57,7 @@ class Row:
     text: str | None = None
     bad: str | None = None
     doc: object = None
+    image: Path | str | bytes | None = None
 
 
 DEFAULT_COLUMN = "text"
@@ -93,6 +103,24 @@ def check_text(text: str) -> str | None:
     return None
 
 
+def image_value(v, where: str, base: Path) -> dict:
+    """The ``Row`` fields (``image`` or ``bad``) of an image column's value
+    ``v`` (``where`` names the column in a reason); ``base`` is the
+    directory relative paths start from."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return {"image": bytes(v)} if len(v) else {"bad": "empty"}
+    if not isinstance(v, str):
+        return {"bad": f"{where} is not a string (a file path, data URI or URL) or bytes"}
+    s = v.strip()
+    bad = check_text(s)
+    if bad:
+        return {"bad": bad}
+    if s.startswith(("data:", "http://", "https://")):
+        return {"image": s}
+    # An absolute path replaces base.
+    return {"image": base / Path(s).expanduser()}
+
+
 def _text_rows(path: Path) -> Iterator[Row]:
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
@@ -109,7 +137,8 @@ def _text_rows(path: Path) -> Iterator[Row]:
             yield Row(i, line, num, None if bad else text, bad)
 
 
-def _jsonl_rows(path: Path, field: str, id_field: str | None, doc_field: str | None) -> Iterator[Row]:
+def _jsonl_rows(path: Path, field: str, id_field: str | None, doc_field: str | None,
+                images: Path | None) -> Iterator[Row]:
     with open(path, "rb") as f:
         for i, raw in enumerate(f):
             line = i + 1
@@ -135,6 +164,8 @@ def _jsonl_rows(path: Path, field: str, id_field: str | None, doc_field: str | N
                 yield Row(i, line, rid, bad=f"no document field {doc_field!r}")
             elif text is None:
                 yield Row(i, line, rid, bad=f"no field {field!r}", doc=doc)
+            elif images is not None:
+                yield Row(i, line, rid, doc=doc, **image_value(text, f"field {field!r}", images))
             elif not isinstance(text, str):
                 yield Row(i, line, rid, bad=f"field {field!r} is not a string", doc=doc)
             else:
@@ -151,7 +182,7 @@ def _id_value(v):
 
 
 def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None,
-              doc_column: str | None) -> Iterator[Row]:
+              doc_column: str | None, images: Path | None) -> Iterator[Row]:
     # Documents can be far longer than the csv module's 128 KiB field limit.
     csv.field_size_limit(2**31 - 1)
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
@@ -186,6 +217,9 @@ def _csv_rows(path: Path, delimiter: str, column: str, id_column: str | None,
             if col >= len(record):
                 yield Row(i, line, rid, bad=f"no column {column!r} in this record", doc=doc)
                 continue
+            if images is not None:
+                yield Row(i, line, rid, doc=doc, **image_value(record[col], f"column {column!r}", images))
+                continue
             bad = check_text(record[col])
             yield Row(i, line, rid, None if bad else record[col], bad, doc)
 
@@ -199,7 +233,8 @@ def _records(reader, path: Path):
         raise InputError(f"{path}, line {reader.line_num}: {e}") from None
 
 
-def _parquet_rows(path: Path, column: str, id_column: str | None, doc_column: str | None) -> Iterator[Row]:
+def _parquet_rows(path: Path, column: str, id_column: str | None, doc_column: str | None,
+                  images: Path | None) -> Iterator[Row]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
@@ -209,7 +244,8 @@ def _parquet_rows(path: Path, column: str, id_column: str | None, doc_column: st
             raise InputError(_no_column(path, name, column, names))
     i = 0
     wanted = list(dict.fromkeys(c for c in (column, id_column, doc_column) if c))
-    for batch in pf.iter_batches(columns=wanted, batch_size=4096):
+    # Image bytes are big: fewer rows are read at a time.
+    for batch in pf.iter_batches(columns=wanted, batch_size=4096 if images is None else 64):
         texts = batch.column(column).to_pylist()
         ids = batch.column(id_column).to_pylist() if id_column else None
         docs = batch.column(doc_column).to_pylist() if doc_column else None
@@ -222,6 +258,8 @@ def _parquet_rows(path: Path, column: str, id_column: str | None, doc_column: st
                 yield Row(i, None, rid, bad="no document value")
             elif text is None:
                 yield Row(i, None, rid, bad="empty", doc=doc)
+            elif images is not None:
+                yield Row(i, None, rid, doc=doc, **image_value(text, f"column {column!r}", images))
             elif not isinstance(text, str):
                 yield Row(i, None, rid, bad=f"column {column!r} is not a string", doc=doc)
             else:
@@ -235,19 +273,27 @@ def _no_column(path: Path, name: str, column: str, names: list) -> str:
     return f"{path} has no column {name!r}{default}; its columns are {names}"
 
 
-def check(path: Path, fmt: str, column: str | None, id_column: str | None, doc_column: str | None = None) -> None:
+def check(path: Path, fmt: str, column: str | None, id_column: str | None, doc_column: str | None = None,
+          image_column: str | None = None) -> None:
     """Raises ``InputError`` when ``path`` cannot be read with these options
     (a missing column, an id column on a text file), before a run writes
     anything: the reader checks its header before the first row."""
-    next(iter(rows(path, fmt, column, id_column, doc_column)), None)
+    next(iter(rows(path, fmt, column, id_column, doc_column, image_column)), None)
 
 
 def rows(path: Path, fmt: str, column: str | None, id_column: str | None,
-         doc_column: str | None = None) -> Iterator[Row]:
+         doc_column: str | None = None, image_column: str | None = None) -> Iterator[Row]:
     """Every data row of ``path`` in order. ``column`` names the text field
     (JSONL) or column (CSV/TSV/Parquet; default ``text``); ``id_column``
     the ids (default: the rows' numbers, see the module's docstring);
-    ``doc_column`` the documents' values, kept as strings as ids are."""
+    ``doc_column`` the documents' values, kept as strings as ids are;
+    ``image_column``, given, is read instead of the text (``Row.image``)."""
+    images = None
+    if image_column is not None:
+        if fmt == "text":
+            raise InputError("a text file has no columns, so no image column: use JSONL, CSV/TSV or Parquet "
+                             "with a column of image paths (or Parquet image bytes)")
+        column, images = image_column, path.resolve().parent
     column = column or DEFAULT_COLUMN
     if doc_column is not None and doc_column == column:
         raise InputError(f"the document column and the text column are both {column!r}")
@@ -259,11 +305,11 @@ def rows(path: Path, fmt: str, column: str | None, id_column: str | None,
                              "with a column naming each row's document")
         return _text_rows(path)
     if fmt == "jsonl":
-        return _jsonl_rows(path, column, id_column, doc_column)
+        return _jsonl_rows(path, column, id_column, doc_column, images)
     if fmt in ("csv", "tsv"):
-        return _csv_rows(path, "," if fmt == "csv" else "\t", column, id_column, doc_column)
+        return _csv_rows(path, "," if fmt == "csv" else "\t", column, id_column, doc_column, images)
     if fmt == "parquet":
-        return _parquet_rows(path, column, id_column, doc_column)
+        return _parquet_rows(path, column, id_column, doc_column, images)
     raise InputError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
 
 

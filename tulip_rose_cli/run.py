@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from tulip_rose_cli import documents, readers, writers
-from tulip_rose_cli.batch import KINDS, embed_batch, late_chunking_unavailable
+from tulip_rose_cli import documents, images, readers, writers
+from tulip_rose_cli.batch import KINDS, embed_batch, images_unavailable, late_chunking_unavailable
 from tulip_rose_cli.client import ApiError, Ivy, Retry, request_options
 from tulip_rose_cli.progress import Progress, retry_line
 from tulip_rose_cli.work import Chunk, ResumeRefused, WorkDir
@@ -64,6 +64,11 @@ class Options:
     document_column: str | None = None
     # A served model or LoRA adapter by name (None: the gateway's default).
     model: str | None = None
+    # Every row an image: this column's path, bytes, data URI or URL.
+    image_column: str | None = None
+    # Base64 image data per request; not in the manifest: it changes no
+    # vector and no batch (a batch's images may take several requests).
+    image_request_bytes: int = images.DEFAULT_REQUEST_BYTES
 
 
 def _batches(rows, size: int):
@@ -118,8 +123,16 @@ class Run:
                               "each row is a chunk of), and --document-column needs --late-chunking")
         if o.late_chunking and o.kind != "dense":
             raise Exit(USAGE, f"--late-chunking makes dense vectors only, not --kind {o.kind}")
+        if o.image_column:
+            if o.column:
+                raise Exit(USAGE, "--image-column makes every row an image: a run reads either --column (texts) "
+                                  "or --image-column, not both")
+            if o.late_chunking:
+                raise Exit(USAGE, "--late-chunking pools the chunks of a text; it takes no --image-column")
+            if o.kind != "dense":
+                raise Exit(USAGE, f"images have dense embeddings only, not --kind {o.kind}")
         try:
-            readers.check(o.input, in_fmt, o.column, o.id_column, o.document_column)
+            readers.check(o.input, in_fmt, o.column, o.id_column, o.document_column, o.image_column)
         except readers.InputError as e:
             raise Exit(USAGE, str(e)) from None
         kind = KINDS[o.kind]
@@ -163,6 +176,9 @@ class Run:
             manifest.update(late_chunking=True, document_column=o.document_column, max_client_batch_size=most)
         if o.model:  # likewise; an adapter has its base's model_id but its own vectors
             manifest["model"] = o.model
+        if o.image_column:  # likewise; the text column is not read
+            manifest.update(column=None, image_column=o.image_column)
+            self._check_images(info)
         return in_fmt, out_fmt, batch, concurrency, manifest
 
     def _check_late_chunking(self) -> None:
@@ -174,6 +190,17 @@ class Run:
             raise Exit(SERVER, f"cannot try --late-chunking on {o.url}: {e}") from None
         if why:
             raise Exit(USAGE, f"--late-chunking: {why}")
+
+    def _check_images(self, info: dict) -> None:
+        o = self.opts
+        try:
+            why = images_unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions,
+                                                               o.priority, o.model))
+        except ApiError as e:
+            raise Exit(SERVER, f"cannot try --image-column on {o.url}: {e}") from None
+        if why:
+            raise Exit(USAGE, f"--image-column: the model {info.get('model_id')} cannot embed images here: {why} "
+                              f"(pick an image model, CLIP or SigLIP, with --model, or embed texts with --column)")
 
     def _replicas(self) -> int:
         """Healthy replicas behind the gateway (1 when it does not say):
@@ -214,7 +241,7 @@ class Run:
         the batches seen."""
         o = self.opts
         try:
-            rows = readers.rows(o.input, in_fmt, o.column, o.id_column, o.document_column)
+            rows = readers.rows(o.input, in_fmt, o.column, o.id_column, o.document_column, o.image_column)
             # With late chunking a batch holds whole documents.
             batches = documents.batches(documents.split(rows, self.most), size) if o.late_chunking \
                 else _batches(rows, size)
