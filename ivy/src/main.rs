@@ -73,6 +73,10 @@ extern "C" fn no_huge_pages() {
 
 fn main() -> std::process::ExitCode {
     let config = Config::parse();
+    // TLS everywhere (the listeners, the object store's and the image
+    // fetches' reqwest clients) is rustls on ring: one process-wide
+    // provider, installed before any client is built.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let settings = telemetry::Settings {
         filter: &config.log,
         json: config.json_output,

@@ -9,8 +9,10 @@ each one in its API family's shape, and nothing else disturbed."""
 from __future__ import annotations
 
 import base64
+import http.server
 import io
 import struct
+import threading
 import zlib
 
 import numpy as np
@@ -234,7 +236,7 @@ BAD = [
     ("bomb", {"image": data_uri(_bomb())}, 413, "limit is 4000000 pixels"),
     ("not an image", {"image": data_uri(b"plain text, not pixels", "text/plain")}, 415, "text/plain"),
     ("unknown format", {"image": base64.b64encode(b"BM" + b"\0" * 64).decode()}, 415, "JPEG, PNG, WebP or GIF"),
-    ("url", {"image": "https://example.com/cat.png"}, 422, "fetches no images from URLs"),
+    ("url", {"image": "https://example.com/cat.png"}, 422, "fetches no images (--image-url-hosts is empty)"),
     ("not base64", {"image": "data:image/png;base64,@@@"}, 422, "not valid base64"),
     ("two keys", {"image": data_uri(IMAGES["png"]), "text": "x"}, 422, "one key"),
 ]
@@ -265,3 +267,79 @@ def test_refusals_leave_the_service_whole(clip, ivy_minilm):
     both = {"content": [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": data_uri(IMAGES["png"])}}]}
     status, body = ivy.post_json("/v2/embed", {"inputs": [both], "input_type": "search_document"})
     assert status == 422 and "inputs[0].content has 2 items" in body["message"], body
+
+
+class _Images(http.server.BaseHTTPRequestHandler):
+    """Serves IMAGES by name, a redirect, and a large body."""
+
+    def do_GET(self):  # noqa: N802 (the standard library's name)
+        name = self.path.strip("/")
+        if name == "moved":
+            self.send_response(302)
+            self.send_header("Location", "/png")
+            self.end_headers()
+            return
+        body = b"\xff" * 100_000 if name == "big" else IMAGES.get(name)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def image_host():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Images)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"{server.server_address[0]}:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_urls_only_from_listed_hosts_bounded_and_without_redirects(clip, image_host, log_dir):
+    _, tulip, plain = clip
+    port = image_host.split(":")[1]
+    ivy = Ivy([tulip.url], False, log_dir=log_dir, image_url_hosts="127.0.0.1,localhost", max_image_bytes=50_000,
+              image_url_timeout=5)
+    try:
+        status, body = ivy.post_json("/v1/embeddings", {"input": [{"image": f"http://{image_host}/png"}]})
+        assert status == 200, body
+        status, want = plain.post_json("/v1/embeddings", {"input": [{"image": data_uri(IMAGES["png"])}]})
+        close(vectors(body), vectors(want))
+        for url, code, words in [
+            (f"http://localhost:{port}/png", 422, "resolves to 127.0.0.1, a private address"),
+            (f"http://127.0.0.2:{port}/png", 422, "host 127.0.0.2 is not in --image-url-hosts"),
+            (f"http://{image_host}/moved", 422, "redirects are not followed"),
+            (f"http://{image_host}/missing", 422, "answered 404"),
+            (f"http://{image_host}/big", 413, "is over 50000 bytes"),
+            (f"ftp://{image_host}/png", 422, "is not valid base64"),
+        ]:
+            status, body = ivy.post_json("/v1/embeddings", {"input": ["text", {"image": url}]})
+            assert status == code and words in body["error"]["message"], (url, body)
+    finally:
+        ivy.stop()
+
+
+def test_grpc_embeds_images_after_the_inputs(clip):
+    import grpc
+
+    from tulip.client import load_stubs
+
+    _, _, ivy = clip
+    pb2, pb2_grpc = load_stubs("ivy")
+    status, want = ivy.post_json("/v1/embeddings", {"input": [TEXTS[0], {"image": data_uri(IMAGES["webp"])}]})
+    assert status == 200, want
+    with grpc.insecure_channel(ivy.grpc_target) as channel:
+        stub = pb2_grpc.IvyStub(channel)
+        reply = stub.Embed(pb2.EmbedRequest(inputs=[TEXTS[0]], images=[IMAGES["webp"]]), timeout=30)
+        got = np.frombuffer(reply.data, dtype="<f4").reshape(reply.rows, reply.dim)
+        close(torch.tensor(got.copy()), vectors(want))
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Embed(pb2.EmbedRequest(images=[IMAGES["png"][:60]]), timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "images[0]" in e.value.details()

@@ -1,7 +1,11 @@
 //! Ivy's flags for image inputs (`pipeline/images.rs`): the bounds on one
 //! image and the pool that prepares them. Part of `Config` (flattened).
 
+use std::time::Duration;
+
 use clap::Args;
+
+use super::seconds::parse_seconds;
 
 #[derive(Debug, Clone, Args)]
 pub struct ImageConfig {
@@ -22,6 +26,19 @@ pub struct ImageConfig {
     /// least one).
     #[arg(long, env = "IVY_IMAGE_PREP_THREADS", default_value_t = 0)]
     pub image_prep_threads: usize,
+
+    /// Hosts an image may be fetched from by URL, comma-separated: a name
+    /// (`images.example.com`), a domain and every name under it
+    /// (`.example.com`), or an address. Empty (the default): a URL is
+    /// refused and images come as bytes. Redirects are not followed, and a
+    /// name resolving to a private, loopback or link-local address is
+    /// refused unless that address is listed itself.
+    #[arg(long, env = "IVY_IMAGE_URL_HOSTS", value_delimiter = ',')]
+    pub image_url_hosts: Vec<String>,
+
+    /// How long fetching one image by URL may take, whole (seconds).
+    #[arg(long, env = "IVY_IMAGE_URL_TIMEOUT", value_parser = parse_seconds, default_value = "10")]
+    pub image_url_timeout: Duration,
 }
 
 impl ImageConfig {

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::convert::{direction, embed_response, priority};
 use crate::error::ApiError;
-use crate::pipeline::{self, Inputs, Job, Kind, Options, Output};
+use crate::pipeline::{self, Inputs, Item, Job, Kind, Options, Output};
 use crate::request::id::{model_label, RequestId};
 use crate::state::AppState;
 use crate::upstream::pools::Pool;
@@ -39,10 +39,15 @@ pub(super) async fn embed_job(
 ) -> Result<Output, ApiError> {
     let (pool, _) = state.pool(r.model.as_deref())?;
     let kind = kind(&pool);
-    if r.inputs.is_empty() {
+    if r.inputs.is_empty() && r.images.is_empty() {
         return Err(ApiError::Empty("`inputs` must not be empty".into()));
     }
     let dense = kind == Kind::Dense;
+    if !r.images.is_empty() && !dense {
+        return Err(ApiError::Unsupported(
+            "images have dense embeddings only (Embed, EmbedStream)".into(),
+        ));
+    }
     let options = Options {
         truncate: r.truncate,
         direction: direction(r.truncation_direction),
@@ -54,13 +59,24 @@ pub(super) async fn embed_job(
         late_chunking: r.late_chunking,
         ..Options::default()
     };
+    // Errors name an image by its row: `images[2]` when only images came.
+    let field = if r.inputs.is_empty() {
+        "images"
+    } else {
+        "inputs"
+    };
     pipeline::run(
         state,
         Job {
             pool,
             kind,
-            inputs: Inputs::Texts(r.inputs),
-            field: "inputs",
+            inputs: if r.images.is_empty() {
+                Inputs::Texts(r.inputs)
+            } else {
+                let texts = r.inputs.into_iter().map(Item::Text);
+                Inputs::Items(texts.chain(r.images.into_iter().map(Item::Image)).collect())
+            },
+            field,
             options,
         },
         deadline,

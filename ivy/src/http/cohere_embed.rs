@@ -130,7 +130,7 @@ fn inputs(obj: &Object) -> Result<(&'static str, Inputs, Vec<String>), ApiError>
             let items = uris
                 .iter()
                 .enumerate()
-                .map(|(i, v)| image(v, "images", &format!("images[{i}]")).map(Item::Image))
+                .map(|(i, v)| image(v, "images", &format!("images[{i}]")))
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(("images", Inputs::Items(items), Vec::new()))
         }
@@ -143,7 +143,7 @@ fn inputs(obj: &Object) -> Result<(&'static str, Inputs, Vec<String>), ApiError>
                 .iter()
                 .filter_map(|i| match i {
                     Item::Text(t) => Some(t.clone()),
-                    Item::Image(_) => None,
+                    _ => None,
                 })
                 .collect::<Vec<_>>();
             if texts.len() == items.len() {
@@ -206,7 +206,7 @@ fn content(v: &Value, i: usize) -> Result<Item, ApiError> {
                 Some(other) => other,
                 None => &Value::Null,
             };
-            image(url, "inputs", &format!("{at}.content[0].image_url.url")).map(Item::Image)
+            image(url, "inputs", &format!("{at}.content[0].image_url.url"))
         }
         _ => Err(ApiError::schema(
             "inputs",

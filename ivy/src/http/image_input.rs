@@ -1,7 +1,8 @@
 //! Images in JSON bodies: a data URI (`data:image/png;base64,...`) or bare
-//! base64, decoded to the encoded image's bytes here; preparing them is the
-//! pipeline's (`pipeline/images.rs`). URLs are refused: Ivy fetches no
-//! image from the network, so a request can never make it reach a host.
+//! base64, decoded to the encoded image's bytes here, or an http(s) URL,
+//! which the pipeline fetches only from listed hosts
+//! (`pipeline/image_fetch.rs`); preparing them is the pipeline's
+//! (`pipeline/images.rs`).
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -11,8 +12,9 @@ type Object = serde_json::Map<String, Value>;
 use crate::error::ApiError;
 use crate::pipeline::{Inputs, Item};
 
-/// The encoded bytes of the image `value` at `at` (e.g. `input[2].image`).
-pub fn image(value: &Value, field: &'static str, at: &str) -> Result<Bytes, ApiError> {
+/// The image `value` at `at` (e.g. `input[2].image`): its encoded bytes,
+/// or the URL to fetch it from.
+pub fn image(value: &Value, field: &'static str, at: &str) -> Result<Item, ApiError> {
     let Value::String(s) = value else {
         return Err(ApiError::schema(
             field,
@@ -21,10 +23,7 @@ pub fn image(value: &Value, field: &'static str, at: &str) -> Result<Bytes, ApiE
     };
     let s = s.trim();
     if s.starts_with("http://") || s.starts_with("https://") {
-        return Err(ApiError::validation(
-            field,
-            format!("{at} is a URL; Ivy fetches no images from URLs: send the image's bytes as a data URI or base64"),
-        ));
+        return Ok(Item::ImageUrl(s.to_string()));
     }
     let payload = match s.strip_prefix("data:") {
         Some(rest) => {
@@ -59,7 +58,7 @@ pub fn image(value: &Value, field: &'static str, at: &str) -> Result<Bytes, ApiE
             format!("{at} is an empty image"),
         ));
     }
-    Ok(Bytes::from(bytes))
+    Ok(Item::Image(Bytes::from(bytes)))
 }
 
 /// Jina's mixed inputs on `/v1/embeddings` (our extension there): an array
@@ -81,7 +80,7 @@ pub fn items(values: &[Value], field: &'static str) -> Result<Inputs, ApiError> 
             }
         });
     }
-    if items.iter().any(|i| matches!(i, Item::Image(_))) {
+    if items.iter().any(|i| !matches!(i, Item::Text(_))) {
         return Ok(Inputs::Items(items));
     }
     Ok(Inputs::Texts(
@@ -89,7 +88,7 @@ pub fn items(values: &[Value], field: &'static str) -> Result<Inputs, ApiError> 
             .into_iter()
             .map(|i| match i {
                 Item::Text(t) => t,
-                Item::Image(_) => String::new(),
+                _ => String::new(),
             })
             .collect(),
     ))
@@ -98,7 +97,7 @@ pub fn items(values: &[Value], field: &'static str) -> Result<Inputs, ApiError> 
 fn item(o: &Object, field: &'static str, i: usize) -> Result<Item, ApiError> {
     match (o.get("text"), o.get("image"), o.len()) {
         (Some(Value::String(t)), None, 1) => Ok(Item::Text(t.clone())),
-        (None, Some(v), 1) => image(v, field, &format!("{field}[{i}].image")).map(Item::Image),
+        (None, Some(v), 1) => image(v, field, &format!("{field}[{i}].image")),
         _ => Err(ApiError::schema(
             field,
             format!("{field}[{i}] must be {{\"text\": \"...\"}} or {{\"image\": \"<data URI or base64>\"}}, one key"),

@@ -14,7 +14,6 @@ use bytes::Bytes;
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use ivy_imageprep::{ImageProcessor, Limits, PrepError};
 use proto::tulip::v1::{self as tulip, EmbedRequest};
-use tokio::sync::Semaphore;
 
 use super::chunk::Chunk;
 use super::output::Output;
@@ -61,12 +60,12 @@ pub async fn run(
             "`late_chunking` pools the chunks of one text; it takes no images",
         ));
     }
-    let is_image: Vec<bool> = items.iter().map(|i| matches!(i, Item::Image(_))).collect();
+    let is_image: Vec<bool> = items.iter().map(|i| !matches!(i, Item::Text(_))).collect();
     let (mut texts, mut images) = (Vec::new(), Vec::new());
     for item in items {
         match item {
             Item::Text(t) => texts.push(t),
-            Item::Image(b) => images.push(b),
+            image => images.push(image),
         }
     }
     let text_out = if texts.is_empty() {
@@ -89,15 +88,7 @@ pub async fn run(
         max_encoded_bytes: state.config.images.max_image_bytes,
         max_pixels: state.config.images.max_image_pixels,
     };
-    let pixels = prepare_all(
-        &state.image_prep,
-        &processor,
-        images,
-        limits,
-        &is_image,
-        job.field,
-    )
-    .await?;
+    let pixels = prepare_all(state, &processor, images, limits, &is_image, job.field).await?;
     let prepared = started.elapsed();
     state.metrics.stage(Stage::Tokenize, prepared);
     let mut image_out = embed(state, &job, model, pixels).await?;
@@ -109,20 +100,29 @@ pub async fn run(
     })
 }
 
-/// Every image prepared, at most the pool's size at once, in order; the
-/// first failure names its input (`input[3]`) and fails the request.
+/// Every image fetched (a URL) and prepared, at most the pool's size
+/// prepared at once, in order; the first failure names its input
+/// (`input[3]`) and fails the request.
 async fn prepare_all(
-    pool: &Arc<Semaphore>,
+    state: &AppState,
     processor: &Arc<ImageProcessor>,
-    images: Vec<Bytes>,
+    images: Vec<Item>,
     limits: Limits,
     is_image: &[bool],
     field: &'static str,
 ) -> Result<Vec<Vec<f32>>, ApiError> {
     let positions: Vec<usize> = (0..is_image.len()).filter(|&i| is_image[i]).collect();
-    let work = images.into_iter().zip(positions).map(|(bytes, at)| {
-        let (pool, processor) = (Arc::clone(pool), Arc::clone(processor));
+    let work = images.into_iter().zip(positions).map(|(image, at)| {
+        let (pool, processor) = (Arc::clone(&state.image_prep), Arc::clone(processor));
         async move {
+            let bytes = match image {
+                Item::ImageUrl(url) => {
+                    let name = format!("{field}[{at}]");
+                    super::image_fetch::fetch(&state.config.images, &url, field, &name).await?
+                }
+                Item::Image(bytes) => bytes,
+                Item::Text(_) => return Err(ApiError::Internal("a text among the images".into())),
+            };
             let permit = pool
                 .acquire_owned()
                 .await

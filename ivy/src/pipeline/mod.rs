@@ -11,6 +11,7 @@ mod blocking;
 mod chunk;
 mod dispatch;
 mod encode;
+mod image_fetch;
 mod images;
 mod late_chunk;
 mod long_input;
@@ -110,6 +111,8 @@ pub enum Item {
     Text(String),
     /// An encoded image (JPEG, PNG, WebP, GIF), as the caller sent it.
     Image(bytes::Bytes),
+    /// An image to fetch (`image_fetch.rs`: only from listed hosts).
+    ImageUrl(String),
 }
 
 impl Inputs {

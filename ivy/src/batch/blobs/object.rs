@@ -61,9 +61,6 @@ impl Object {
         if bucket.is_empty() {
             return Err(bad("no bucket"));
         }
-        // reqwest's TLS runs on rustls with the provider Ivy's listeners
-        // use; installing it twice is harmless.
-        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         let store = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .build()
