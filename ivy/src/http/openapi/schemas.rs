@@ -56,11 +56,21 @@ struct Fragments {
 impl Fragments {
     fn new(config: &Config) -> Self {
         let ids = json!({ "type": "array", "items": { "type": "integer", "minimum": 0 } });
-        let input = json!({ "oneOf": [
+        let image = json!({ "type": "string",
+            "description": "A data URI or base64 (JPEG, PNG, WebP, GIF), or an http(s) URL from a host in --image-url-hosts" });
+        let item = json!({ "oneOf": [
+            { "type": "string" },
+            { "type": "object", "required": ["text"], "properties": { "text": { "type": "string" } }, "additionalProperties": false },
+            { "type": "object", "required": ["image"], "properties": { "image": image }, "additionalProperties": false },
+        ]});
+        // anyOf: an array of strings is also an array of items.
+        let input = json!({ "anyOf": [
             { "type": "string" },
             { "type": "array", "items": { "type": "string" }, "minItems": 1 },
             ids,
             { "type": "array", "items": ids, "minItems": 1 },
+            { "type": "array", "items": item, "minItems": 1,
+              "description": "Image models (CLIP, SigLIP): texts and images mixed, one vector each in input order (Jina's shape)" },
         ]});
         let direction = json!({ "type": "string", "enum": ["right", "left", "Right", "Left"], "default": "right" });
         let prompt = json!({ "type": ["string", "null"], "description": "A prompt template from the --config file; unset uses its default_prompt_name" });
@@ -193,10 +203,17 @@ fn cohere_v2(f: &Fragments) -> Value {
     let ints =
         json!({ "type": "array", "items": { "type": "array", "items": { "type": "integer" } } });
     json!({
-        "CohereEmbedRequest": { "type": "object", "required": ["texts"], "properties": {
+        "CohereEmbedRequest": { "type": "object", "description": "One of texts, images and inputs", "properties": {
             "model": { "type": "string" },
             "texts": { "type": "array", "minItems": 1, "items": { "type": "string" } },
-            "input_type": { "type": "string", "enum": ["search_document", "search_query", "classification", "clustering"],
+            "images": { "type": "array", "minItems": 1, "items": { "type": "string" },
+                "description": "Image models: data URIs (or URLs from --image-url-hosts), one vector each" },
+            "inputs": { "type": "array", "minItems": 1, "items": { "type": "object", "required": ["content"], "properties": {
+                "content": { "type": "array", "minItems": 1, "maxItems": 1, "items": { "type": "object", "required": ["type"], "properties": {
+                    "type": { "type": "string", "enum": ["text", "image_url"] }, "text": { "type": "string" },
+                    "image_url": { "type": "object", "required": ["url"], "properties": { "url": { "type": "string" } } } } } } } },
+                "description": "One content item per input (an image model embeds text and images apart)" },
+            "input_type": { "type": "string", "enum": ["search_document", "search_query", "classification", "clustering", "image"],
                 "description": "Picks the prompt of that name, or query / document (passage) for the search types, when the model or templates file has one" },
             "embedding_types": { "type": "array", "items": types, "default": ["float"] },
             "output_dimension": { "type": "integer", "minimum": 1, "description": "Matryoshka truncation, before normalization and quantization" },
