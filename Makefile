@@ -63,6 +63,8 @@ test-rust:
 	# The compiled load generator (its dependencies are built by the tests
 	# above): the simulated-device dry run times and profiles with it.
 	$(CARGO) build --release -p loadgen
+	# The Rust side of `python -m bench image-prep` (tests/bench/test_image_prep.py).
+	$(CARGO) build --release -p ivy-imageprep --example prep_rate
 
 test-python:
 	$(PY) -m pytest -q tests

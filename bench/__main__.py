@@ -36,6 +36,7 @@ COMMANDS = {
     "cpu-warm-start": "cpu_warm_start",
     "sim-images": "sim_images",
     "image-embed": "image_embed",
+    "image-prep": "image_prep",
 }
 
 

@@ -143,7 +143,7 @@ class Writer:
         if gates:
             gate_md = "\n\nCorrectness gate (run before any timing):\n\n" + table(
                 ["side", "reference", "rows", "min cosine / check", "passed"],
-                [[g["side"], g["reference"], g["rows"], g.get("min_cosine", g.get("shape")), g["passed"]]
+                [[g["side"], g["reference"], g["rows"], g.get("min_cosine", g.get("check", g.get("shape"))), g["passed"]]
                  for g in gates])
         path = self.out_dir / f"{name}.md"
         path.write_text(head + markdown.strip() + gate_md + "\n")
