@@ -436,7 +436,10 @@ def plot(data: dict, path: Path) -> Path:
         ax.set_xticks(x, [f.split(".")[0].replace("_", "\n") + "\n" + f.split(".")[1] for f in by_file],
                       fontsize=7)
         ax.set_yscale("log")
-        ax.set_title(f"{name}", fontsize=10)
+        cfg = data["params"]["configs"][name]
+        how = (f"shortest edge {cfg['size']['shortest_edge']}, crop {cfg['crop_size']['height']}"
+               if "shortest_edge" in cfg["size"] else f"{cfg['size']['height']} x {cfg['size']['width']}")
+        ax.set_title(f"{name} ({how}, {'bicubic' if cfg['resample'] == 3 else 'bilinear'})", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     np.atleast_1d(axes)[0].set_ylabel("images/s, one core (log)")
     np.atleast_1d(axes)[0].legend(fontsize=8)
