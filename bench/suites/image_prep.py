@@ -279,6 +279,26 @@ def fidelity_steps(image: dict) -> float:
     return 3.0 if image["format"] == "JPEG" else 0.0
 
 
+def cpu_times() -> dict[str, tuple[int, int]]:
+    """Per CPU of /proc/stat: (busy, total) jiffies."""
+    out = {}
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("cpu") and line[3:4].isdigit():
+                name, *v = line.split()
+                t = [int(x) for x in v[:8]]
+                out[name] = (sum(t) - t[3] - t[4], sum(t))
+    except OSError:
+        pass
+    return out
+
+
+def busy_fractions(before: dict, after: dict) -> dict[str, float]:
+    """How busy each CPU was between two ``cpu_times``: the pinned one runs
+    the sides; the others show what else ran on the machine meanwhile."""
+    return {c: round((after[c][0] - b[0]) / max(after[c][1] - b[1], 1), 3) for c, b in before.items() if c in after}
+
+
 # The run.
 
 def run(stack: Stack, rounds: int = 5, min_seconds: float = 0.25, images: list | None = None) -> tuple[dict, str]:
@@ -334,6 +354,7 @@ def run(stack: Stack, rounds: int = 5, min_seconds: float = 0.25, images: list |
                 raise RuntimeError(f"gate failed for {name}: {json.dumps(agreement[name], indent=1)}")
 
         # Timing: blocks, sides in a rotated order within each.
+        times_before = cpu_times()
         per_round: dict = {n: {f["name"]: {s: [] for s in sides} for f in files} for n in CONFIGS}
         for block in range(rounds):
             order = sides[block % len(sides):] + sides[:block % len(sides)]
@@ -348,6 +369,7 @@ def run(stack: Stack, rounds: int = 5, min_seconds: float = 0.25, images: list |
                             prepare_py(proc, t, blobs[f["name"]])  # warm
                             per_round[name][f["name"]][side].append(time_py(proc, t, blobs[f["name"]],
                                                                             min_seconds)[0])
+        busy = busy_fractions(times_before, cpu_times())
     finally:
         os.sched_setaffinity(0, saved_cpus)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -367,6 +389,7 @@ def run(stack: Stack, rounds: int = 5, min_seconds: float = 0.25, images: list |
             "pillow": metadata.version("pillow"), "torchvision": torchvision_version(),
             "processors": {n: {s: type(p).__name__ for s, (p, _) in ps.items()} for n, ps in procs.items()},
             "loadavg_before": load_before, "loadavg_after": list(os.getloadavg()),
+            "cpu_busy_while_timing": busy,
         },
         "images_per_second": medians,
         "ratios": ratios,
@@ -386,7 +409,8 @@ def markdown(data: dict) -> str:
         f"{p['min_seconds_per_block']} s per image and side, sides in a rotated order per block. Rust: "
         f"`{p['rust_build']}` (`ImageProcessor::prepare`). Python: `PIL.Image.open` on the bytes, "
         f"`ImageOps.exif_transpose`, then the processor ({', '.join(others)}). Load average "
-        f"{p['loadavg_before'][0]:.2f} before, {p['loadavg_after'][0]:.2f} after.",
+        f"{p['loadavg_before'][0]:.2f} before, {p['loadavg_after'][0]:.2f} after; while timing, each CPU's busy "
+        f"fraction (/proc/stat): " + ", ".join(f"{c} {b:.2f}" for c, b in p["cpu_busy_while_timing"].items()) + ".",
         "",
         "Images: " + "; ".join(f"`{i['name']}` ({i['source']}, {i['encoded_bytes']:,} bytes)" for i in p["images"])
         + ".",
