@@ -37,6 +37,7 @@ COMMANDS = {
     "sim-images": "sim_images",
     "image-embed": "image_embed",
     "image-prep": "image_prep",
+    "cpu-threads": "cpu_threads",
 }
 
 
