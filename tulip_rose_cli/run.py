@@ -182,25 +182,25 @@ class Run:
         return in_fmt, out_fmt, batch, concurrency, manifest
 
     def _check_late_chunking(self) -> None:
-        o = self.opts
-        try:
-            why = late_chunking_unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions,
-                                                                      o.priority, o.model))
-        except ApiError as e:
-            raise Exit(SERVER, f"cannot try --late-chunking on {o.url}: {e}") from None
+        why = self._probe("--late-chunking", late_chunking_unavailable)
         if why:
             raise Exit(USAGE, f"--late-chunking: {why}")
 
     def _check_images(self, info: dict) -> None:
-        o = self.opts
-        try:
-            why = images_unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions,
-                                                               o.priority, o.model))
-        except ApiError as e:
-            raise Exit(SERVER, f"cannot try --image-column on {o.url}: {e}") from None
+        why = self._probe("--image-column", images_unavailable)
         if why:
             raise Exit(USAGE, f"--image-column: the model {info.get('model_id')} cannot embed images here: {why} "
                               f"(pick an image model, CLIP or SigLIP, with --model, or embed texts with --column)")
+
+    def _probe(self, flag: str, unavailable) -> str | None:
+        """Why the gateway cannot do what ``flag`` asks, from one small
+        request with the run's options (``unavailable(ivy, options)``)."""
+        o = self.opts
+        try:
+            return unavailable(self.ivy, request_options(o.truncate, o.prompt_name, o.dimensions, o.priority,
+                                                         o.model))
+        except ApiError as e:
+            raise Exit(SERVER, f"cannot try {flag} on {o.url}: {e}") from None
 
     def _replicas(self) -> int:
         """Healthy replicas behind the gateway (1 when it does not say):
