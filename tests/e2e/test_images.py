@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import http.server
 import io
+import json
 import struct
 import threading
 import zlib
@@ -257,6 +258,9 @@ def test_bad_images_are_refused_in_the_api_shape(clip, what, item, status, words
 
 def test_refusals_leave_the_service_whole(clip, ivy_minilm):
     _, tulip, ivy = clip
+    # /info says what an image is here, and that a text model takes none.
+    assert json.loads(ivy.get("/info")[1])["images"] == {"height": 32, "width": 32, "tokens": 17}
+    assert json.loads(ivy_minilm.get("/info")[1])["images"] is None
     status, body = ivy.post_json("/v1/embeddings", {"input": [{"image": data_uri(IMAGES["gif"])}]})
     assert status == 200 and len(body["data"]) == 1
     assert tulip.proc.poll() is None

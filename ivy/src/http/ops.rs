@@ -108,6 +108,10 @@ pub async fn info(State(state): State<AppState>, Query(query): Query<InfoQuery>)
                 "docker_label": null,
                 "models": state.pools.served_names(),
                 "cpu_runtimes": cpu,
+                // An image model's input: what a client may send as images.
+                "images": (m.image_tokens > 0).then(|| json!({
+                    "height": m.image_height, "width": m.image_width, "tokens": m.image_tokens,
+                })),
             }))
             .into_response()
         }

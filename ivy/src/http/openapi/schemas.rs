@@ -348,6 +348,8 @@ fn ops(_: &Fragments) -> Value {
             "prompts": { "type": "array", "items": { "type": "string" } },
             "default_prompt_name": { "type": ["string", "null"] }, "version": { "type": "string" },
             "models": { "type": "array", "items": { "type": "string" }, "description": "Every name a model is served under here" },
+            "images": { "type": ["object", "null"], "description": "An image model's input size and the tokens one image counts; null for a text-only model",
+                "properties": { "height": { "type": "integer" }, "width": { "type": "integer" }, "tokens": { "type": "integer" } } },
             "cpu_runtimes": { "type": "object", "description": "The replicas' CPU runtimes (fast path `onnx`, `onnx_int8`, `bf16`): token buckets by state, summed over the routable replicas asked when /info is",
                 "additionalProperties": { "type": "object", "required": ["cold", "pending", "ready", "failed"], "properties": {
                     "cold": { "type": "integer" }, "pending": { "type": "integer" }, "ready": { "type": "integer" },
