@@ -77,7 +77,7 @@ def run(stack: Stack, batches: int = 8, rounds: int = 5, warmup: int = 1) -> tup
     from sentence_transformers import SentenceTransformer, models
 
     from bench.harness.httpclient import HttpClient
-    from tests.support.servers import Ivy, Tulip
+    from tulip_rose_cli.launch import Ivy, Tulip
 
     torch.set_num_threads(stack.threads)
     scratch = Path(tempfile.mkdtemp(prefix="bench-image-embed-"))
