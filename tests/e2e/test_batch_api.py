@@ -172,15 +172,29 @@ def test_an_ivy_killed_mid_batch_loses_and_repeats_nothing(ivy, tulip_minilm, mi
         c = client(ivy)
         n = 2000
         _, b = submit(c, corpus(n, "k"))
-        # Killed while it works: it has run lines of this batch already.
+        # Killed while it works and holds a shard (the store says so: killed
+        # between two shards it would leave nothing to resume, as a CI run
+        # once did), having run lines of this batch already.
         wait_for(lambda: c.batches.retrieve(b.id).request_counts.completed >= 100
-                 and other.series("ivy_requests_total", endpoint="embeddings") > 0, "both at work", timeout=60)
+                 and other.series("ivy_requests_total", endpoint="embeddings") > 0
+                 and _holds_a_shard(store, other.pid, b.id), "both at work", timeout=60, every=0.002)
         other.signal(signal.SIGKILL)
         done = wait_done(c, b.id, timeout=180)
     finally:
         other.kill()
     assert_every_line_once(c, done, "k", n)
     assert "resuming a shard another holder left" in ivy.log()
+
+
+def _holds_a_shard(store, pid: int, batch_id: str) -> bool:
+    """Whether the Ivy of process ``pid`` holds an unfinished shard of the
+    batch now (its holder id starts with its pid)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{store / 'batches.sqlite3'}?mode=ro", uri=True, timeout=30) as db:
+        row = db.execute("SELECT count(*) FROM shards WHERE batch_id = ? AND holder LIKE ? AND done_lines < lines",
+                         (batch_id, f"{pid}-%")).fetchone()
+    return row[0] > 0
 
 
 def test_off_without_a_store(ivy_minilm):
