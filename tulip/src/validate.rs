@@ -78,6 +78,26 @@ pub fn validate(
 
 type Checked = (Kind, Class, u32, bool, Vec<u32>);
 
+/// The request's dimensions (0: the model's; over it refused when
+/// `dense`) and normalisation (unset: the model's default).
+fn dense_options(
+    req: &EmbedRequest,
+    model: &ModelInfo,
+    dense: bool,
+) -> Result<(u32, bool), TulipError> {
+    let dimensions = match req.dimensions {
+        0 => model.dimension,
+        d if dense && d > model.dimension => {
+            return Err(TulipError::InvalidArgument(format!(
+                "dimensions {d} is larger than the model's dimension {}",
+                model.dimension
+            )))
+        }
+        d => d,
+    };
+    Ok((dimensions, req.normalize.unwrap_or(model.normalize_default)))
+}
+
 /// An image request: the model takes images, the pixels are exactly
 /// `images` images at its size and all finite (a NaN must never reach the
 /// device), and nothing of a text request is set.
@@ -139,17 +159,7 @@ fn check_images(
             at / image.values()
         ));
     }
-    let dimensions = match req.dimensions {
-        0 => model.dimension,
-        d if d > model.dimension => {
-            return invalid(format!(
-                "dimensions {d} is larger than the model's dimension {}",
-                model.dimension
-            ))
-        }
-        d => d,
-    };
-    let normalize = req.normalize.unwrap_or(model.normalize_default);
+    let (dimensions, normalize) = dense_options(req, model, true)?;
     let offsets = (0..=n as u32).map(|i| i * image.tokens).collect();
     Ok((Kind::Image, class, dimensions, normalize, offsets))
 }
@@ -226,17 +236,7 @@ fn check(req: &EmbedRequest, model: &ModelInfo, limits: &Limits) -> Result<Check
             model.vocab_size
         ));
     }
-    let dimensions = match req.dimensions {
-        0 => model.dimension,
-        d if kind == Kind::Dense && d > model.dimension => {
-            return invalid(format!(
-                "dimensions {d} is larger than the model's dimension {}",
-                model.dimension
-            ))
-        }
-        d => d,
-    };
-    let normalize = req.normalize.unwrap_or(model.normalize_default);
+    let (dimensions, normalize) = dense_options(req, model, kind == Kind::Dense)?;
     Ok((kind, class, dimensions, normalize, offsets))
 }
 
