@@ -38,6 +38,7 @@ COMMANDS = {
     "image-embed": "image_embed",
     "image-prep": "image_prep",
     "cpu-threads": "cpu_threads",
+    "query-path": "query_path",
 }
 
 

@@ -186,6 +186,11 @@ def parser() -> argparse.ArgumentParser:
            help="the CPU fast path's ONNX Runtime threads spin between a step's operators and stop when "
                 "the step returns (one wake-up per step instead of one per operator, but they hold the cores "
                 "meanwhile); false = they sleep whenever they wait")
+    p.flag("--cpu-fast-path-pin", type=parse_auto_bool, default=None,
+           help="true = a fast-path step's threads run on fixed CPUs (the calling thread on the first of the "
+                "process's CPUs, ONNX Runtime's workers on the next ones); auto = only where the process has "
+                "exactly as many CPUs as the step has threads (so that replicas sharing a larger machine do not "
+                "pile onto the same cores); false = the scheduler places them", shown="auto")
     p.flag("--cpu-fast-path-warm", type=parse_auto_bool, default=None,
            help="true = build the CPU fast path (and its int8 copy) and the bfloat16 twin and gate every bucket at "
                 "start-up (the twin's up to --max-batch-tokens), before serving, instead of in the background on "
@@ -357,7 +362,7 @@ def _cpu_runtimes(args) -> list:
 
     wanted: list = []
     fast = {"max_tokens": args.cpu_fast_path_max_tokens or None, "threads": args.cpu_fast_path_threads,
-            "spin": args.cpu_fast_path_spin, "cache_dir": args.cache_dir or None,
+            "spin": args.cpu_fast_path_spin, "pin": args.cpu_fast_path_pin, "cache_dir": args.cache_dir or None,
             "cache_max_bytes": args.cache_max_bytes}
     if args.cpu_fast_path:
         wanted.append(OnnxSettings(**fast))

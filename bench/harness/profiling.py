@@ -121,3 +121,36 @@ def profile_step(model_dir: str, sequences: list[list[int]], steps: int = 2000) 
     prof.stop()
     out["profile"] = prof.output_text(unicode=False, color=False, show_all=False)
     return out
+
+
+def thread_times(pid: int) -> dict[int, tuple[str, float, int]]:
+    """Per thread of a running process: (name, seconds it has run on a CPU
+    (schedstat: nanoseconds, not clock ticks), voluntary context switches:
+    each a sleep that needed a wake-up)."""
+    import os
+
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            ran_ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        # The name may hold spaces and parentheses: fields follow the last ')'.
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        switches = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        out[int(tid)] = (name, ran_ns / 1e9, switches)
+    return out
+
+
+def thread_use(before: dict, after: dict, calls: int) -> list[dict]:
+    """What each thread spent between two ``thread_times`` snapshots, per
+    call: CPU milliseconds and voluntary context switches (busiest first)."""
+    rows = []
+    for tid, (name, cpu, switches) in after.items():
+        cpu0, sw0 = before.get(tid, (name, 0.0, 0))[1:]
+        if cpu > cpu0 or switches > sw0:
+            rows.append({"thread": name, "tid": tid, "cpu_ms": round((cpu - cpu0) * 1e3 / calls, 4),
+                         "switches": round((switches - sw0) / calls, 2)})
+    return sorted(rows, key=lambda r: -r["cpu_ms"])

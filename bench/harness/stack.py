@@ -191,14 +191,25 @@ class Stack:
         elsewhere."""
         return self.variant("int8 (--cpu-int8 true --cpu-bf16 false)", cpu_int8="true", cpu_bf16="false")
 
-    def variant(self, name: str, **flags) -> tuple[Tulip, Ivy]:
+    def colocated(self) -> tuple[Tulip, Ivy]:
+        """Ivy → Tulip over a Unix socket (Tulip frames on it, Ivy's
+        default there), as docs/latency.md advises where both share a
+        host; Tulip's flags the stack's."""
+        return self.variant("co-located (Unix socket)", unix=True)
+
+    def variant(self, name: str, unix: bool = False, **flags) -> tuple[Tulip, Ivy]:
         """Another Ivy → Tulip whose Tulip has these flags besides the
-        stack's, each gated like the first; started once per name."""
+        stack's, each gated like the first; started once per name.
+        ``unix``: Ivy reaches it over a Unix socket instead of TCP."""
         if name not in self._variants:
+            sock = tempfile.mktemp(prefix="tulip-", suffix=".sock") if unix else None
+            if sock:
+                flags["unix_socket"] = sock
             tulip = self.gated_tulip(f"Tulip gRPC, {name}", **flags)
+            target = f"unix://{sock}" if sock else tulip.url
             try:
                 ivy = self._start(f"Ivy → Tulip {name} (HTTP, text)",
-                                  lambda: Ivy([tulip.url], self.model_dir, log_dir=self.log_dir),
+                                  lambda: Ivy([target], self.model_dir, log_dir=self.log_dir),
                                   lambda ivy: lambda texts: _over_http(ivy.port, IVY_PATH, texts))
             except Exception:
                 tulip.stop()

@@ -51,7 +51,8 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def interleave(sides: dict[str, Callable[[int], object]], rounds: int, warmup: int,
-               seed: int = 0, block: int = 1, settle: int = 0) -> dict[str, list[float]]:
+               seed: int = 0, block: int = 1, settle: int = 0, idle: float = 0.0,
+               before: Callable[[int], object] | None = None) -> dict[str, list[float]]:
     """Calls every side ``block`` times in a row per round, the sides in a
     fresh random order each round; ``fn(i)`` gets the call number (to pick
     its input). The first ``warmup`` rounds are run and discarded. Returns
@@ -60,7 +61,11 @@ def interleave(sides: dict[str, Callable[[int], object]], rounds: int, warmup: i
     ``block`` 1 disturbs each side's caches with the others' work before
     every call; a larger block measures each side as a server answering a
     stream of requests, while drift in the machine still hits every side;
-    the first ``settle`` calls of each block are run and not timed."""
+    the first ``settle`` calls of each block are run and not timed;
+    ``idle`` seconds are slept (untimed) before every timed call, as
+    sporadic traffic leaves a server idle between requests, and
+    ``before(k)`` is called (untimed) there too: other work between two
+    requests."""
     rng = random.Random(seed)
     names = list(sides)
     for i in range(warmup):
@@ -75,6 +80,10 @@ def interleave(sides: dict[str, Callable[[int], object]], rounds: int, warmup: i
             for j in range(settle):
                 fn(i * block + j)
             for j in range(block):
+                if idle:
+                    time.sleep(idle)
+                if before is not None:
+                    before(i * block + j)
                 out[name].append(timed(lambda fn=fn, k=i * block + j: fn(k)))
     return out
 

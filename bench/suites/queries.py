@@ -3,7 +3,9 @@
 interleaved request by request: ``sentence-transformers`` ``encode``
 in-process, a bare ``transformers`` forward on the same token ids (same torch
 thread count), fastembed's runtime in-process (ONNX Runtime + tokenizers,
-same threads) and Infinity serving the same model directory."""
+same threads) and Infinity serving the same model directory. A second Ivy
+reaches its own Tulip over a Unix socket (Tulip frames), as where both
+share a host."""
 
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     texts = inputs.queries(stack.model_dir, n_queries)
     lengths = [len(stack.ids(t)) for t in texts]
     ivy = stack.ivy()
+    # As docs/latency.md advises where Ivy and Tulip share a host.
+    colocated_tulip, colocated = stack.colocated()
     st, bare = stack.st(), stack.bare()
     notes: list[str] = []
     ort = stack.onnxruntime_or_note(notes)
@@ -44,14 +48,18 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     prepared = [bare.prepare([stack.ids(t)]) for t in texts]
     n = len(texts)
     ivy_send = _checked(ivy_c)
+    unix_c = HttpClient("127.0.0.1", colocated.port)
+    unix_reqs = [unix_c.prepare(IVY_PATH, {"input": t}) for t in texts]
+    unix_send = _checked(unix_c)
     sides = {
         "ivy": lambda i, send=ivy_send: send(ivy_reqs[i % n]),
+        "ivy (unix socket)": lambda i, send=unix_send: send(unix_reqs[i % n]),
         "sentence-transformers": lambda i: st.encode(texts[i % n]),
         "transformers forward": lambda i: bare.forward(prepared[i % n]),
     }
     if ort is not None:
         sides["onnxruntime"] = lambda i: ort.encode([texts[i % n]])
-    clients = [ivy_c]
+    clients = [ivy_c, unix_c]
     if inf is not None:
         inf_c = HttpClient("127.0.0.1", inf.port)
         clients.append(inf_c)
@@ -61,8 +69,10 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
 
     interleave(sides, warmup, 0)
     before = metrics.parse(stack.tulip().metrics())
+    unix_before = metrics.parse(colocated_tulip.metrics())
     lat = interleave(sides, rounds, 0, seed=1)
     after = metrics.parse(stack.tulip().metrics())
+    unix_fast_steps = _steps(metrics.parse(colocated_tulip.metrics()), "onnx") - _steps(unix_before, "onnx")
     stages = metrics.stage_means(before, after)
     fast_steps = _steps(after, "onnx") - _steps(before, "onnx")
     twin_steps = _steps(after, "bf16") - _steps(before, "bf16")
@@ -90,6 +100,9 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     if "onnxruntime" in p50:
         ratios["ivy / onnxruntime"] = ratio(p50["ivy"], p50["onnxruntime"])
         ratios["streamed: ivy / onnxruntime"] = ratio(sp50["ivy"], sp50["onnxruntime"])
+        ratios["ivy (unix socket) / onnxruntime"] = ratio(p50["ivy (unix socket)"], p50["onnxruntime"])
+        ratios["streamed: ivy (unix socket) / onnxruntime"] = ratio(sp50["ivy (unix socket)"],
+                                                                    sp50["onnxruntime"])
     if "infinity" in p50:
         ratios["infinity / ivy"] = ratio(p50["infinity"], p50["ivy"])
         ratios["streamed: infinity / ivy"] = ratio(sp50["infinity"], sp50["ivy"])
@@ -111,6 +124,7 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         "ivy_breakdown_ms": breakdown,
         "perf_ivy_and_tulip": {"top": perf_top, "error": perf.error},
         "tulip_fast_path_steps": fast_steps,
+        "colocated_tulip_fast_path_steps": unix_fast_steps,
         "tulip_bf16_steps": twin_steps,
         "notes": notes,
         "http_reconnects": sum(c.reconnects for c in clients),
@@ -126,7 +140,8 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
                 [[k, s.count, s.p50, s.p90, s.p99, s.mean] for k, s in streamed.items()]),
           f"\nTulip ran {fast_steps:.0f} of the {rounds} timed Ivy requests' steps on the CPU fast path "
           f"(ONNX Runtime, `tulip_steps_total{{mode=\"onnx\"}}`) and {twin_steps:.0f} on the bfloat16 twin "
-          "(`mode=\"bf16\"`: `--cpu-bf16 auto`, where the CPU has AMX; it then takes small steps too).\n",
+          "(`mode=\"bf16\"`: `--cpu-bf16 auto`, where the CPU has AMX; it then takes small steps too); "
+          f"the co-located Tulip ran {unix_fast_steps:.0f} of its {rounds} on the fast path.\n",
           "\nRatios of p50:\n",
           table(["ratio", "value"], [[k, v] for k, v in ratios.items()]),
           "\nWhere Ivy's time goes (means over the timed rounds; Tulip's stages from its /metrics):\n",

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from ..interface import Batch
+from . import pinning
 from .cache import DEFAULT_MAX_BYTES, ExportCache, export_key, python_env_for_child
 from .gated import Context, GatedRuntime, float32_cpu_refusal, power_of_two_bucket, power_of_two_buckets
 from .onnx_export import INPUTS, SEQUENCES_DEFAULT, TOKENS_DEFAULT
@@ -83,6 +84,9 @@ class OnnxSettings:
     # as each run returns: force_spinning_stop) pay none but take the cores
     # Ivy's and Tulip's own threads need (docs/latency.md: what it measured).
     spin: bool = False
+    # The step's threads on fixed CPUs (pinning.py); None: where the process
+    # has exactly as many CPUs as the session has threads.
+    pin: bool | None = None
     cache_dir: str | None = None  # the exports' folder (cache.py); None: the user's cache
     cache_max_bytes: int = DEFAULT_MAX_BYTES  # the most the folder holds; 0 keeps no export
 
@@ -94,6 +98,10 @@ class OnnxSettings:
 
     def cache(self) -> ExportCache:
         return ExportCache(self.cache_dir, self.cache_max_bytes)
+
+    def session_threads(self) -> int:
+        """ONNX Runtime's intra-op threads: ``threads``, else torch's budget."""
+        return self.threads or torch.get_num_threads()
 
     def plan(self) -> dict[str, int]:
         """What the export's shapes depend on (part of its cache key)."""
@@ -120,7 +128,7 @@ class OnnxSettings:
         return [min(b, top) for b in self.buckets()]
 
 
-class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untyped)
+class OnnxRuntime(GatedRuntime[Any]):  # a Session (defined below)
     """The ONNX Runtime session of one model and its buckets' states."""
 
     name = "onnx"
@@ -165,7 +173,21 @@ class OnnxRuntime(GatedRuntime[Any]):  # an onnxruntime.InferenceSession (untype
     def _execute(self, batch: Batch) -> torch.Tensor:
         session = self._runtime
         assert session is not None  # _build loads it before any step runs here
-        return torch.from_numpy(session.run(None, _feed(batch))[0])
+        return torch.from_numpy(session.run(_feed(batch)))
+
+
+@dataclass
+class Session:
+    """An ONNX Runtime session and, where its threads are pinned, its
+    workers (moved off the calling thread's CPU before each run)."""
+
+    ort: Any  # an onnxruntime.InferenceSession (untyped)
+    workers: pinning.Workers | None = None
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        if self.workers is not None:
+            self.workers.follow()
+        return self.ort.run(None, feed)[0]
 
 
 def _session(model_dir: Path, settings: OnnxSettings):
@@ -185,7 +207,7 @@ _BUILDS = threading.RLock()
 
 def cached_session(settings: OnnxSettings, key: str, meta: dict, make: Callable[[Path], None], title: str,
                    what: str, made: str):
-    """An ONNX Runtime session of the cache's entry ``key``: the cached
+    """A ``Session`` of the cache's entry ``key``: the cached
     one, else one ``make(staging)`` writes now (``staging/model.onnx``).
     ``title``, ``what`` and ``made`` word its log lines ("CPU fast path:
     export reused from the cache", "...: exported into the cache")."""
@@ -273,22 +295,26 @@ def _import_onnxruntime():
     return onnxruntime
 
 
-def _open(path: Path, settings: OnnxSettings):
+def _open(path: Path, settings: OnnxSettings) -> Session:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = settings.threads or torch.get_num_threads()
+    opts.intra_op_num_threads = settings.session_threads()
     opts.inter_op_num_threads = 1
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spin else "0")
     if settings.spin:
         opts.add_session_config_entry("session.force_spinning_stop", "1")
+    cpus = pinning.plan(settings.session_threads(), settings.pin)
+    if cpus is not None:
+        opts.add_session_config_entry("session.intra_op_thread_affinities", pinning.worker_affinities(cpus))
+        before = pinning.threads()
     opts.log_severity_level = 3
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     fixed = [i.name for i in session.get_inputs() if isinstance(i.shape[0], int)]
     if fixed:  # the model loops in Python over a size: the trace fixed it
         raise RuntimeError(f"the export fixed the size of {', '.join(fixed)}: this family's step depends on "
                            "Python control flow over its sizes")
-    return session
+    return Session(session, pinning.Workers.find(before, cpus) if cpus is not None else None)
 
 
 def _feed(batch: Batch) -> dict[str, np.ndarray]:

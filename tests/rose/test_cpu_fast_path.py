@@ -101,6 +101,51 @@ def test_options_and_other_outputs(minilm_fast, st_minilm):
     assert mode == "eager" and states.shape == (len(seqs[0]), 384)
 
 
+def test_pinned_threads(minilm_dir, minilm_fast, st_minilm):
+    """``pin``: ONNX Runtime's worker starts on the second of the process's
+    CPUs and moves off the calling thread's CPU before a step when that
+    changed; the calling thread's own CPUs are left as they were; the same
+    vectors. ``pinning.plan`` pins only where asked or where the process
+    has exactly the step's thread count of CPUs."""
+    import os
+    import threading
+
+    from rose.cpu import pinning
+
+    cpus = pinning.allowed()
+    if len(cpus) < 2:
+        pytest.skip("pinning needs two CPUs")
+    assert pinning.plan(len(cpus), None) == cpus
+    assert pinning.plan(len(cpus), False) is None
+    assert pinning.plan(1, True) is None
+    assert pinning.plan(len(cpus) + 1, True) is None
+    assert pinning.plan(2, True) == cpus[:2]
+    assert pinning.plan(2, None) == (cpus if len(cpus) == 2 else None)
+
+    # max_tokens as SETTINGS: the same export, reused from the cache.
+    e = Engine.from_dir(minilm_dir, device="cpu", dtype="float32",
+                        cpu_runtimes=[OnnxSettings(max_tokens=128, threads=2, pin=True)])
+    e.warm()
+    workers = e.runner.runtime("onnx")._runtime.workers
+    assert workers is not None and len(workers.tids) == 1  # two threads: the caller and one worker
+    seqs = st_inputs(st_minilm, ["how long does sourdough take to rise"])
+    seen = {}
+
+    def call(cpu: int):
+        os.sched_setaffinity(0, {cpu})
+        seen[cpu] = step(e, seqs), os.sched_getaffinity(0), os.sched_getaffinity(workers.tids[0])
+
+    for cpu in (cpus[1], cpus[0]):
+        t = threading.Thread(target=call, args=(cpu,))
+        t.start()
+        t.join()
+        (mode, got), caller, worker = seen[cpu]
+        assert mode == "onnx"
+        assert caller == {cpu}
+        assert worker == {cpus[0] if cpu == cpus[1] else cpus[1]}
+        assert_close_vectors(got, step(minilm_fast, seqs)[1])
+
+
 def test_bge_m3_shape_dense_per_bucket(xlmr_dir, texts):
     """An XLM-R family model with BGE-M3's heads: dense on the fast path
     matches sentence-transformers per bucket; sparse and multi-vector
