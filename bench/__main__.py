@@ -39,6 +39,7 @@ COMMANDS = {
     "image-prep": "image_prep",
     "cpu-threads": "cpu_threads",
     "query-path": "query_path",
+    "cpu-pin": "cpu_pin",
 }
 
 

@@ -26,12 +26,14 @@ def _cpuinfo() -> dict:
     except OSError:
         return {"model": platform.processor()}
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
+    flags = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M)  # x86, ARM
     have = set(flags.group(1).split()) if flags else set()
     return {
         "model": model.group(1).strip() if model else platform.processor(),
         "logical_cpus": text.count("processor\t:"),
-        "simd": [f for f in ("sse4_2", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16") if f in have],
+        # What the CPU runtimes choose by: bfloat16 (AMX), int8 dot products.
+        "simd": [f for f in ("sse4_2", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8",
+                             "avx512_vnni", "avx_vnni", "asimd", "asimddp", "bf16", "i8mm") if f in have],
     }
 
 

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,7 @@ class OnnxRuntime(GatedRuntime[Any]):  # a Session (defined below)
     def _execute(self, batch: Batch) -> torch.Tensor:
         session = self._runtime
         assert session is not None  # _build loads it before any step runs here
-        return torch.from_numpy(session.run(_feed(batch)))
+        return torch.from_numpy(session.run(_feed(batch), pin=batch.layout.sequences == 1))
 
 
 @dataclass
@@ -184,10 +185,17 @@ class Session:
     ort: Any  # an onnxruntime.InferenceSession (untyped)
     workers: pinning.Workers | None = None
 
-    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
-        if self.workers is not None:
-            self.workers.follow()
-        return self.ort.run(None, feed)[0]
+    def run(self, feed: dict[str, np.ndarray], pin: bool = True) -> np.ndarray:
+        """The first output; ``pin`` False leaves the workers to the
+        scheduler for this run, as does a run that follows the last one
+        closely (pinning.py: which steps are pinned)."""
+        if self.workers is None:
+            return self.ort.run(None, feed)[0]
+        self.workers.follow(pin and time.perf_counter() - self.workers.last_end >= pinning.IDLE_S)
+        try:
+            return self.ort.run(None, feed)[0]
+        finally:
+            self.workers.last_end = time.perf_counter()
 
 
 def _session(model_dir: Path, settings: OnnxSettings):

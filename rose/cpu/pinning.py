@@ -5,7 +5,12 @@ Runtime's worker left to the scheduler than with it pinned to the core the
 calling thread is not on, and no slower otherwise (docs/latency.md,
 "Threads"). The calling thread (one of Tulip's) stays where the scheduler
 put it; before each step the workers move off its CPU when it changed
-(a system call per worker then, none otherwise). Pinned only where the
+(a system call per worker then, none otherwise). Only steps of one
+sequence that follow an idle spell (``IDLE_S`` since the last step): back
+to back steps and steps of several sequences mean concurrent requests,
+where a worker is better free to move to whichever core is free (pinning
+every step was slower at two query clients on most rounds; with this rule
+``bench cpu-pin`` measured load within its A/A noise). Pinned only where the
 process owns exactly as many CPUs as the step has threads (``auto``), so
 that replicas sharing a larger machine never pile onto the same cores.
 """
@@ -60,6 +65,11 @@ def _getcpu():
 
 _GETCPU = _getcpu()
 
+# A step this long after the last one (seconds) is pinned: the gain was
+# measured after 20 ms idle; back-to-back steps (concurrent clients) leave
+# the scheduler free.
+IDLE_S = 0.005
+
 
 class Workers:
     """One session's intra-op workers, kept off the calling thread's CPU."""
@@ -68,6 +78,7 @@ class Workers:
         self.tids = tids
         self.cpus = cpus
         self._caller = cpus[0]  # where worker_affinities left room
+        self.last_end = 0.0  # perf_counter when the last run ended
 
     @classmethod
     def find(cls, before: set[int], cpus: tuple[int, ...]) -> Workers | None:
@@ -90,16 +101,17 @@ class Workers:
             return None
         return cls(tids, cpus)
 
-    def follow(self) -> None:
+    def follow(self, pin: bool = True) -> None:
         """Before a step: the workers onto the plan's CPUs other than the
-        one the calling thread is on, if that one changed."""
-        cpu = _GETCPU() if _GETCPU is not None else -1
-        if cpu == self._caller or cpu < 0:
+        one the calling thread is on, if that one changed; ``pin`` False:
+        onto all of the plan's CPUs, for the scheduler to place."""
+        cpu = (_GETCPU() if _GETCPU is not None else -1) if pin else -1
+        if cpu == self._caller or (pin and cpu < 0):
             return
-        others = [c for c in self.cpus if c != cpu][:len(self.tids)]
-        for tid, c in zip(self.tids, others):
+        others = [(c,) for c in self.cpus if c != cpu][:len(self.tids)] if pin else [self.cpus] * len(self.tids)
+        for tid, cpus in zip(self.tids, others):
             try:
-                os.sched_setaffinity(tid, (c,))
+                os.sched_setaffinity(tid, cpus)
             except OSError:  # the session is closing
                 return
         self._caller = cpu

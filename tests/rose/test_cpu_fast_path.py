@@ -103,12 +103,13 @@ def test_options_and_other_outputs(minilm_fast, st_minilm):
 
 def test_pinned_threads(minilm_dir, minilm_fast, st_minilm):
     """``pin``: ONNX Runtime's worker starts on the second of the process's
-    CPUs and moves off the calling thread's CPU before a step when that
-    changed; the calling thread's own CPUs are left as they were; the same
-    vectors. ``pinning.plan`` pins only where asked or where the process
+    CPUs and, before a step after an idle spell, moves off the calling
+    thread's CPU; a step right after another leaves it free; the calling
+    thread's own CPUs are left as they were; the same vectors. ``pinning.plan`` pins only where asked or where the process
     has exactly the step's thread count of CPUs."""
     import os
     import threading
+    import time
 
     from rose.cpu import pinning
 
@@ -133,7 +134,10 @@ def test_pinned_threads(minilm_dir, minilm_fast, st_minilm):
 
     def call(cpu: int):
         os.sched_setaffinity(0, {cpu})
+        time.sleep(pinning.IDLE_S * 2)  # an idle spell: the step is pinned
         seen[cpu] = step(e, seqs), os.sched_getaffinity(0), os.sched_getaffinity(workers.tids[0])
+        step(e, seqs)  # right after it: the scheduler places the worker
+        seen[f"{cpu} again"] = os.sched_getaffinity(workers.tids[0])
 
     for cpu in (cpus[1], cpus[0]):
         t = threading.Thread(target=call, args=(cpu,))
@@ -143,6 +147,7 @@ def test_pinned_threads(minilm_dir, minilm_fast, st_minilm):
         assert mode == "onnx"
         assert caller == {cpu}
         assert worker == {cpus[0] if cpu == cpus[1] else cpus[1]}
+        assert seen[f"{cpu} again"] == set(cpus[:2])
         assert_close_vectors(got, step(minilm_fast, seqs)[1])
 
 
