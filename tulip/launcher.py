@@ -187,10 +187,11 @@ def parser() -> argparse.ArgumentParser:
                 "the step returns (one wake-up per step instead of one per operator, but they hold the cores "
                 "meanwhile); false = they sleep whenever they wait")
     p.flag("--cpu-fast-path-pin", type=parse_auto_bool, default=None,
-           help="true = a fast-path step's threads run on fixed CPUs (the calling thread on the first of the "
-                "process's CPUs, ONNX Runtime's workers on the next ones); auto = only where the process has "
-                "exactly as many CPUs as the step has threads (so that replicas sharing a larger machine do not "
-                "pile onto the same cores); false = the scheduler places them", shown="auto")
+           help="true = ONNX Runtime's workers of the CPU fast path are pinned, one per CPU, off the CPU of the "
+                "thread running a one-sequence step that follows 5 ms without a step (others leave them free); "
+                "auto = only where the process has exactly as many CPUs as the step has threads (so that replicas "
+                "sharing a larger machine do not pile onto the same cores); false = the scheduler places them",
+           shown="auto")
     p.flag("--cpu-fast-path-warm", type=parse_auto_bool, default=None,
            help="true = build the CPU fast path (and its int8 copy) and the bfloat16 twin and gate every bucket at "
                 "start-up (the twin's up to --max-batch-tokens), before serving, instead of in the background on "

@@ -68,6 +68,14 @@ class HttpClient:
             self.close()
             raise
 
+    def send_ok(self, request: bytes) -> bytes:
+        """``send``, raising unless the answer is 200: a timed side that
+        failed must not pass for a fast one."""
+        status, body = self.send(request)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+        return body
+
     def _exchange(self, request: bytes) -> tuple[int, bytes]:
         if self._sock is None:
             self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)

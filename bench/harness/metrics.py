@@ -29,6 +29,12 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
+def steps(parsed: dict[str, float], mode: str) -> float:
+    """Steps Tulip ran in a mode (``tulip_steps_total{mode=...}``; the CPU
+    fast path's are ``onnx``)."""
+    return sum(v for k, v in parsed.items() if k.startswith("tulip_steps_total") and f'mode="{mode}"' in k)
+
+
 def stage_means(before: dict[str, float], after: dict[str, float]) -> dict[str, dict]:
     """Per stage histogram: how many observations fell between the two
     scrapes and their mean in milliseconds."""

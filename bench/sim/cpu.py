@@ -1,5 +1,5 @@
 """Where the machine's CPU went during a measured block: per process and
-per thread (``/proc/<pid>/task/*/stat``), the load generator and other
+per thread (``profiling.thread_times``), the load generator and other
 children this process waited for (``RUSAGE_CHILDREN``), and the whole
 machine (``/proc/stat``), so what no named process used is visible too."""
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import resource
 from collections import Counter
-from pathlib import Path
+
+from bench.harness.profiling import thread_times
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -16,14 +17,8 @@ _TICK = os.sysconf("SC_CLK_TCK")
 def thread_cpu(pid: int) -> Counter:
     """CPU seconds so far of each thread of ``pid``, summed by thread name."""
     out: Counter = Counter()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            raw = (task / "stat").read_text()
-        except OSError:  # the thread ended meanwhile
-            continue
-        name = raw[raw.index("(") + 1: raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2:].split()
-        out[name] += (int(fields[11]) + int(fields[12])) / _TICK
+    for name, seconds, _ in thread_times(pid).values():
+        out[name] += seconds
     return out
 
 

@@ -58,12 +58,6 @@ def build_tools() -> None:
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "grpc-floor", "-p", "loadgen"], cwd=REPO, check=True)
 
 
-def _send(client: HttpClient, req: bytes) -> None:
-    status, body = client.send(req)
-    if status != 200:
-        raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
-
-
 def hop_floor(log_dir: Path, rounds: int, warmup: int) -> dict[str, Stats]:
     """A bare client ↔ server round trip (128 token ids out, 384 floats
     back): tonic over loopback TCP and over a Unix socket, and Tulip frames
@@ -165,7 +159,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
             if got["usage"]["prompt_tokens"] != TOKENS:
                 raise gate.GateFailed(f"{name} counted {got['usage']['prompt_tokens']} tokens, expected {TOKENS}")
         reqs = {k: clients[k].prepare(path, {"input": text}) for k, (_, path) in servers.items()}
-        sides = {k: (lambda i, c=clients[k], r=reqs[k]: _send(c, r)) for k in servers}
+        sides = {k: (lambda i, c=clients[k], r=reqs[k]: c.send_ok(r)) for k in servers}
         interleave(sides, warmup, 0)
         before = metrics.parse(tulip.metrics())
         ivy_before = ivy_unix.metrics()
@@ -181,8 +175,8 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300, floor_rounds: int =
         health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode()
         c = clients[SERVED]
         for _ in range(100):
-            _send(c, health)
-        http_floor = Stats.of([timed(lambda: _send(c, health)) for _ in range(floor_rounds)])
+            c.send_ok(health)
+        http_floor = Stats.of([timed(lambda: c.send_ok(health)) for _ in range(floor_rounds)])
         for c in clients.values():
             c.close()
 

@@ -24,14 +24,6 @@ TITLE = "Online embedding of real queries, batch 1: Ivy vs in-process and Infini
 STREAM_BLOCK, STREAM_SETTLE = 50, 5
 
 
-def _checked(client: HttpClient):
-    def send(req: bytes):
-        status, body = client.send(req)
-        if status != 200:
-            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
-    return send
-
-
 def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) -> tuple[dict, str]:
     texts = inputs.queries(stack.model_dir, n_queries)
     lengths = [len(stack.ids(t)) for t in texts]
@@ -47,13 +39,11 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     ivy_reqs = [ivy_c.prepare(IVY_PATH, {"input": t}) for t in texts]
     prepared = [bare.prepare([stack.ids(t)]) for t in texts]
     n = len(texts)
-    ivy_send = _checked(ivy_c)
     unix_c = HttpClient("127.0.0.1", colocated.port)
     unix_reqs = [unix_c.prepare(IVY_PATH, {"input": t}) for t in texts]
-    unix_send = _checked(unix_c)
     sides = {
-        "ivy": lambda i, send=ivy_send: send(ivy_reqs[i % n]),
-        "ivy (unix socket)": lambda i, send=unix_send: send(unix_reqs[i % n]),
+        "ivy": lambda i: ivy_c.send_ok(ivy_reqs[i % n]),
+        "ivy (unix socket)": lambda i: unix_c.send_ok(unix_reqs[i % n]),
         "sentence-transformers": lambda i: st.encode(texts[i % n]),
         "transformers forward": lambda i: bare.forward(prepared[i % n]),
     }
@@ -64,18 +54,17 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
         inf_c = HttpClient("127.0.0.1", inf.port)
         clients.append(inf_c)
         inf_reqs = [inf_c.prepare(Infinity.PATH, {"input": t, "model": INFINITY_MODEL_NAME}) for t in texts]
-        inf_send = _checked(inf_c)
-        sides["infinity"] = lambda i, send=inf_send: send(inf_reqs[i % n])
+        sides["infinity"] = lambda i: inf_c.send_ok(inf_reqs[i % n])
 
     interleave(sides, warmup, 0)
     before = metrics.parse(stack.tulip().metrics())
     unix_before = metrics.parse(colocated_tulip.metrics())
     lat = interleave(sides, rounds, 0, seed=1)
     after = metrics.parse(stack.tulip().metrics())
-    unix_fast_steps = _steps(metrics.parse(colocated_tulip.metrics()), "onnx") - _steps(unix_before, "onnx")
+    unix_fast_steps = metrics.steps(metrics.parse(colocated_tulip.metrics()), "onnx") - metrics.steps(unix_before, "onnx")
     stages = metrics.stage_means(before, after)
-    fast_steps = _steps(after, "onnx") - _steps(before, "onnx")
-    twin_steps = _steps(after, "bf16") - _steps(before, "bf16")
+    fast_steps = metrics.steps(after, "onnx") - metrics.steps(before, "onnx")
+    twin_steps = metrics.steps(after, "bf16") - metrics.steps(before, "bf16")
     stats = {k: Stats.of(v) for k, v in lat.items()}
     # As a server answering a stream of queries sees them: runs of
     # consecutive requests per side. Request by request, an in-process
@@ -151,11 +140,6 @@ def run(stack: Stack, rounds: int = 300, warmup: int = 30, n_queries: int = 64) 
     for c in clients:
         c.close()
     return data, "\n".join(md)
-
-
-def _steps(parsed, mode: str) -> float:
-    """Steps Tulip ran in a mode (the CPU fast path's are `onnx`)."""
-    return sum(v for k, v in parsed.items() if k.startswith("tulip_steps_total") and f'mode="{mode}"' in k)
 
 
 def options(scale: float) -> dict:

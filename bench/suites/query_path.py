@@ -112,13 +112,8 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20, n_queries: int = 64) 
     free_c = HttpClient("127.0.0.1", free_ivy.port)
     free_reqs = [free_c.prepare(IVY_PATH, {"input": t}) for t in texts]
 
-    def send(client: HttpClient, req: bytes) -> None:
-        status, body = client.send(req)
-        if status != 200:
-            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
-
     def ivy_send(i: int) -> None:
-        send(ivy_c, reqs[i % n])
+        ivy_c.send_ok(reqs[i % n])
 
     with tulip.client() as grpc:
         sides = {
@@ -129,8 +124,8 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20, n_queries: int = 64) 
             "rose host step": host_step,
             "tulip grpc": lambda i: grpc.embed([ids[i % n]]),
             "ivy http": ivy_send,
-            "ivy http, unix socket": lambda i: send(unix_c, unix_reqs[i % n]),
-            "ivy http, unpinned": lambda i: send(free_c, free_reqs[i % n]),
+            "ivy http, unix socket": lambda i: unix_c.send_ok(unix_reqs[i % n]),
+            "ivy http, unpinned": lambda i: free_c.send_ok(free_reqs[i % n]),
         }
         interleave(sides, warmup, 0)
         before = [metrics.parse(t.metrics()) for t in (tulip, unix_tulip, free_tulip)]
@@ -162,7 +157,7 @@ def run(stack: Stack, rounds: int = 200, warmup: int = 20, n_queries: int = 64) 
     free_c.close()
     remote.close()
 
-    served = sum(_steps(a) - _steps(b) for a, b in zip(after, before))
+    served = sum(metrics.steps(a, "onnx") - metrics.steps(b, "onnx") for a, b in zip(after, before))
     # Four served sides, one step per call: four interleaved orders and the streamed runs.
     expected = 4 * (4 * rounds + max(rounds // STREAM_BLOCK, 2) * (STREAM_BLOCK + STREAM_SETTLE))
     p50 = {order: {k: s.p50 for k, s in stats.items()} for order, stats in orders.items()}
@@ -213,10 +208,6 @@ def _thread_use(pids: dict[str, int], call, calls: int, idle: float) -> list[dic
     for name, pid in pids.items():
         rows += [{"process": name, **r} for r in thread_use(before[name], thread_times(pid), calls)]
     return sorted(rows, key=lambda r: -r["cpu_ms"])
-
-
-def _steps(parsed: dict) -> float:
-    return sum(v for k, v in parsed.items() if k.startswith("tulip_steps_total") and 'mode="onnx"' in k)
 
 
 def options(scale: float) -> dict:

@@ -15,7 +15,7 @@ from bench.harness import inputs
 from bench.harness.httpclient import HttpClient
 from bench.harness.results import table
 from bench.harness.timing import Stats, interleave, ratio, scaled
-from bench.suites.overhead import NULL_CONFIG, TOKENS, _send, null_model_dir
+from bench.suites.overhead import NULL_CONFIG, TOKENS, null_model_dir
 from tulip_rose_cli.launch import Ivy, Tulip
 
 TITLE = "Routing by model: one Ivy in front of one model vs three (null model)"
@@ -50,7 +50,7 @@ def run(stack, rounds: int = 3000, warmup: int = 300) -> tuple[dict, str]:
             "3 models": [clients["3 models"].prepare("/v1/embeddings", {"input": text, "model": m}) for m in MODELS],
             ONLY_A: [clients[ONLY_A].prepare("/v1/embeddings", {"input": text, "model": MODELS[0]})],
         }
-        sides = {k: (lambda i, c=clients[k], r=reqs[k]: _send(c, r[i % len(r)])) for k in clients}
+        sides = {k: (lambda i, c=clients[k], r=reqs[k]: c.send_ok(r[i % len(r)])) for k in clients}
         lat = interleave(sides, rounds, warmup, seed=5)
         for c in clients.values():
             c.close()

@@ -21,7 +21,7 @@ from bench.harness.httpclient import HttpClient
 from bench.harness.results import table
 from bench.harness.stack import IVY_PATH, Stack
 from bench.harness.timing import Stats, interleave, ratio, scaled
-from bench.suites.overhead import NULL_CONFIG, TOKENS, _send, null_model_dir
+from bench.suites.overhead import NULL_CONFIG, TOKENS, null_model_dir
 from tulip_rose_cli.launch import Ivy, Tulip
 from tulip_rose_cli.processes import Process, free_port
 
@@ -51,7 +51,7 @@ def run(stack: Stack, rounds: int = 3000, warmup: int = 300) -> tuple[dict, str]
             procs.append(ivys["before tracing"])
         clients = {k: HttpClient("127.0.0.1", v.port) for k, v in ivys.items()}
         reqs = {k: c.prepare(IVY_PATH, {"input": text}) for k, c in clients.items()}
-        sides = {k: (lambda i, c=clients[k], r=reqs[k]: _send(c, r)) for k in ivys}
+        sides = {k: (lambda i, c=clients[k], r=reqs[k]: c.send_ok(r)) for k in ivys}
         interleave(sides, warmup, 0)
         lat = interleave(sides, rounds, 0, seed=3)
         for c in clients.values():

@@ -36,7 +36,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,28 +173,25 @@ class OnnxRuntime(GatedRuntime[Any]):  # a Session (defined below)
     def _execute(self, batch: Batch) -> torch.Tensor:
         session = self._runtime
         assert session is not None  # _build loads it before any step runs here
-        return torch.from_numpy(session.run(_feed(batch), pin=batch.layout.sequences == 1))
+        return torch.from_numpy(session.run(_feed(batch), single=batch.layout.sequences == 1))
 
 
 @dataclass
 class Session:
     """An ONNX Runtime session and, where its threads are pinned, its
-    workers (moved off the calling thread's CPU before each run)."""
+    workers (kept off the calling thread's CPU around a run that follows
+    an idle spell: pinning.py)."""
 
     ort: Any  # an onnxruntime.InferenceSession (untyped)
     workers: pinning.Workers | None = None
 
-    def run(self, feed: dict[str, np.ndarray], pin: bool = True) -> np.ndarray:
-        """The first output; ``pin`` False leaves the workers to the
-        scheduler for this run, as does a run that follows the last one
-        closely (pinning.py: which steps are pinned)."""
+    def run(self, feed: dict[str, np.ndarray], single: bool = True) -> np.ndarray:
+        """The first output; ``single``: the step has one sequence (only
+        such steps are pinned: pinning.py)."""
         if self.workers is None:
             return self.ort.run(None, feed)[0]
-        self.workers.follow(pin and time.perf_counter() - self.workers.last_end >= pinning.IDLE_S)
-        try:
+        with self.workers.placed(single):
             return self.ort.run(None, feed)[0]
-        finally:
-            self.workers.last_end = time.perf_counter()
 
 
 def _session(model_dir: Path, settings: OnnxSettings):
@@ -307,12 +303,13 @@ def _open(path: Path, settings: OnnxSettings) -> Session:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = settings.session_threads()
+    threads = settings.session_threads()
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if settings.spin else "0")
     if settings.spin:
         opts.add_session_config_entry("session.force_spinning_stop", "1")
-    cpus = pinning.plan(settings.session_threads(), settings.pin)
+    cpus = pinning.plan(threads, settings.pin)
     if cpus is not None:
         opts.add_session_config_entry("session.intra_op_thread_affinities", pinning.worker_affinities(cpus))
         before = pinning.threads()

@@ -20,6 +20,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger("rose.cpu")
 
@@ -72,13 +75,14 @@ IDLE_S = 0.005
 
 
 class Workers:
-    """One session's intra-op workers, kept off the calling thread's CPU."""
+    """One session's intra-op workers, kept off the calling thread's CPU
+    around a run that follows an idle spell, free otherwise."""
 
     def __init__(self, tids: list[int], cpus: tuple[int, ...]):
         self.tids = tids
         self.cpus = cpus
-        self._caller = cpus[0]  # where worker_affinities left room
-        self.last_end = 0.0  # perf_counter when the last run ended
+        self._off: int | None = cpus[0]  # the CPU they keep off (worker_affinities'); None: free
+        self._last_end = 0.0  # perf_counter when the last run ended
 
     @classmethod
     def find(cls, before: set[int], cpus: tuple[int, ...]) -> Workers | None:
@@ -101,17 +105,29 @@ class Workers:
             return None
         return cls(tids, cpus)
 
-    def follow(self, pin: bool = True) -> None:
-        """Before a step: the workers onto the plan's CPUs other than the
-        one the calling thread is on, if that one changed; ``pin`` False:
-        onto all of the plan's CPUs, for the scheduler to place."""
-        cpu = (_GETCPU() if _GETCPU is not None else -1) if pin else -1
-        if cpu == self._caller or (pin and cpu < 0):
+    @contextmanager
+    def placed(self, single: bool) -> Iterator[None]:
+        """Around a run: the workers off the calling thread's CPU when the
+        step has one sequence (``single``) and ``IDLE_S`` have passed since
+        the last run, else free to go where the scheduler puts them."""
+        pin = single and time.perf_counter() - self._last_end >= IDLE_S
+        cpu = _GETCPU() if pin and _GETCPU is not None else -1
+        self._keep_off(cpu if cpu >= 0 else None)
+        try:
+            yield
+        finally:
+            self._last_end = time.perf_counter()
+
+    def _keep_off(self, cpu: int | None) -> None:
+        """Each worker on one of the plan's CPUs other than ``cpu``; on all
+        of them when None. Nothing to do when that is where they are."""
+        if cpu == self._off:
             return
-        others = [(c,) for c in self.cpus if c != cpu][:len(self.tids)] if pin else [self.cpus] * len(self.tids)
-        for tid, cpus in zip(self.tids, others):
+        n = len(self.tids)
+        masks = [self.cpus] * n if cpu is None else [(c,) for c in self.cpus if c != cpu][:n]
+        for tid, mask in zip(self.tids, masks):
             try:
-                os.sched_setaffinity(tid, cpus)
+                os.sched_setaffinity(tid, mask)
             except OSError:  # the session is closing
                 return
-        self._caller = cpu
+        self._off = cpu
